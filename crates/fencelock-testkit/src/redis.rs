@@ -1,0 +1,250 @@
+//! `redis-server` processes.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::resp::{command, Reply, RespError};
+use crate::{find_program, free_port, TestkitError};
+
+/// How a server keeps its data across a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Persistence {
+    /// Nothing: a restart comes back empty.
+    #[default]
+    None,
+    /// Append-only file, fsync every second.
+    AofEverySec,
+    /// Append-only file, fsync on every write.
+    AofAlways,
+}
+
+/// Options for [`RedisServer`].
+#[derive(Debug, Clone, Default)]
+pub struct RedisServerBuilder {
+    persistence: Persistence,
+    config: Vec<(String, String)>,
+}
+
+impl RedisServerBuilder {
+    /// How the server persists its data (default: not at all).
+    pub fn persistence(mut self, p: Persistence) -> Self {
+        self.persistence = p;
+        self
+    }
+
+    /// Any other `redis-server` option, e.g. `("maxmemory-policy", "allkeys-lru")`.
+    pub fn config(mut self, key: &str, value: &str) -> Self {
+        self.config.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Starts the server and waits until it answers PING.
+    pub fn start(self) -> Result<RedisServer, TestkitError> {
+        let program = find_program("redis-server", "FENCELOCK_REDIS_SERVER").ok_or(
+            TestkitError::Missing {
+                program: "redis-server",
+                hint: "install it (Debian: apt-get install redis-server) or set FENCELOCK_REDIS_SERVER",
+            },
+        )?;
+        let mut last = String::new();
+        // A port found free can be taken before the server binds it: try a few.
+        for _ in 0..5 {
+            let mut server = RedisServer {
+                program: program.clone(),
+                options: self.clone(),
+                port: free_port()?,
+                child: None,
+                dir: tempfile::Builder::new().prefix("fencelock-redis-").tempdir()?,
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(TestkitError::Start { detail: last })
+    }
+}
+
+/// A running `redis-server` owned by this handle.
+#[derive(Debug)]
+pub struct RedisServer {
+    program: PathBuf,
+    options: RedisServerBuilder,
+    port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts a server without persistence.
+    pub fn start() -> Result<Self, TestkitError> {
+        Self::builder().start()
+    }
+
+    /// Options for a server.
+    pub fn builder() -> RedisServerBuilder {
+        RedisServerBuilder::default()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn spawn(&mut self) -> Result<(), TestkitError> {
+        let port = self.port.to_string();
+        let dir = self.dir.path().to_string_lossy().into_owned();
+        let log = self.log_path().to_string_lossy().into_owned();
+        let mut args: Vec<String> = [
+            "--port", &port, "--bind", "127.0.0.1", "--dir", &dir, "--logfile", &log,
+            "--daemonize", "no", "--save", "", "--protected-mode", "yes",
+            "--enable-debug-command", "local",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let (aof, fsync) = match self.options.persistence {
+            Persistence::None => ("no", "everysec"),
+            Persistence::AofEverySec => ("yes", "everysec"),
+            Persistence::AofAlways => ("yes", "always"),
+        };
+        for (k, v) in [("appendonly", aof), ("appendfsync", fsync)] {
+            args.push(format!("--{k}"));
+            args.push(v.to_owned());
+        }
+        for (k, v) in &self.options.config {
+            args.push(format!("--{k}"));
+            args.push(v.clone());
+        }
+        let child = Command::new(&self.program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.command(&["PING"]) {
+                Ok(Reply::Status(s)) if s == "PONG" => return Ok(()),
+                _ if Instant::now() > deadline => break,
+                _ => {}
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(TestkitError::Start {
+                        detail: format!("redis-server exited with {status}: {}", self.log_tail(20)),
+                    });
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.stop();
+        Err(TestkitError::Start {
+            detail: format!("no PONG within 10 s: {}", self.log_tail(20)),
+        })
+    }
+
+    /// The port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's PID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The server's working folder (data, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn signal(&self, signal: Signal) {
+        if let Some(pid) = self.pid() {
+            let _ = kill(Pid::from_raw(pid as i32), signal);
+        }
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP);
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(Signal::SIGCONT);
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self) {
+        self.stop();
+    }
+
+    /// Starts the server again on the same port and folder (with whatever its persistence
+    /// kept), after killing it if it still runs.
+    pub fn restart(&mut self) -> Result<(), TestkitError> {
+        self.stop();
+        self.spawn()
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGCONT first: a stopped process only dies of SIGKILL once continued on some
+            // kernels' accounting, and waiting must not hang.
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends one command on a fresh connection (for inspection in tests).
+    pub fn command(&self, args: &[&str]) -> Result<Reply, RespError> {
+        command(self.port, args, Duration::from_secs(5))
+    }
+
+    /// One field of `INFO commandstats`: how many times `cmd` (lower case) was called.
+    pub fn command_calls(&self, cmd: &str) -> u64 {
+        let info = self
+            .command(&["INFO", "commandstats"])
+            .ok()
+            .and_then(|r| r.text())
+            .unwrap_or_default();
+        let prefix = format!("cmdstat_{cmd}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(self.log_path()).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- redis-server on port {} log ----\n{}\n---- end of log ----",
+                self.port,
+                self.log_tail(200)
+            );
+        }
+    }
+}

@@ -1,0 +1,19 @@
+-- Give back one hold of a lock.
+-- KEYS[1]: the lock hash
+-- ARGV[1]: owner id, ARGV[2]: release channel,
+-- ARGV[3]: '' for a plain release, or an attempt id: then release only if that attempt is the
+--          last one that acquired (undoing an acquire whose reply was lost).
+-- Returns the holds left (0: released and deleted), or -1 when the owner does not hold it.
+if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], '=attempt') ~= ARGV[3] then
+  return -1
+end
+if not redis.call('HGET', KEYS[1], ARGV[1]) then
+  return -1
+end
+local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if count > 0 then
+  return count
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[1])
+return 0

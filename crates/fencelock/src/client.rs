@@ -1,0 +1,139 @@
+//! The client: one connection (plus one subscriber connection) to the lock service, shared by
+//! every lock handle made from it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::redis::RedisBackend;
+use crate::backend::ReleaseSink;
+use crate::error::Result;
+use crate::lock::{Lock, LockStatus};
+use crate::name::LockKeys;
+use crate::options::ClientOptions;
+use crate::waiters::WaitRegistry;
+use crate::watchdog::Watchdog;
+
+/// A connection to the lock service. Cheap to clone; clones share connections, the watchdog
+/// task and the client id.
+///
+/// Dropping the last clone (and every guard made from it) stops the background task.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) backend: RedisBackend,
+    pub(crate) options: ClientOptions,
+    /// Random 128-bit id, hex: the first half of every owner id this client makes.
+    pub(crate) id: String,
+    next_handle: AtomicU64,
+    pub(crate) watchdog: Arc<Watchdog>,
+    pub(crate) waiters: Arc<WaitRegistry>,
+    warnings: Vec<String>,
+    shutdown: CancellationToken,
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("server", &self.inner.backend.server())
+            .field("id", &self.inner.id)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects to one Redis server, e.g. `redis://127.0.0.1:6379` or
+    /// `redis://:password@host:port/db`, with default [`ClientOptions`].
+    ///
+    /// Must be called inside a tokio runtime: the client's background task runs there.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connects with explicit options.
+    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        options.validate()?;
+        let waiters = Arc::new(WaitRegistry::default());
+        let sink: Weak<dyn ReleaseSink> = Arc::downgrade(&waiters) as Weak<dyn ReleaseSink>;
+        let (backend, warnings) = RedisBackend::connect(url, &options, sink).await?;
+        let (watchdog, runner) = Watchdog::new(options.clone());
+        let watchdog = Arc::new(watchdog);
+        let inner = Arc::new(ClientInner {
+            backend,
+            options,
+            id: format!("{:032x}", rand::random::<u128>()),
+            next_handle: AtomicU64::new(1),
+            watchdog: watchdog.clone(),
+            waiters,
+            warnings,
+            shutdown: CancellationToken::new(),
+        });
+        tokio::spawn(runner.run(
+            watchdog,
+            Arc::downgrade(&inner),
+            inner.shutdown.clone(),
+        ));
+        tracing::debug!(server = inner.backend.server(), id = %inner.id, "fencelock client connected");
+        Ok(Self { inner })
+    }
+
+    /// A handle on the lock `name`, with a fresh owner identity (this client's id plus a
+    /// per-handle number). Cheap; no I/O. Clones of the handle share the owner, so taking the
+    /// lock again through a clone re-enters it.
+    ///
+    /// An invalid name (empty, longer than [`crate::MAX_NAME_LEN`] bytes, containing `{` or
+    /// `}`) is reported by the handle's first operation, before any I/O.
+    pub fn lock(&self, name: &str) -> Lock {
+        let handle = self.inner.next_handle.fetch_add(1, Ordering::Relaxed);
+        let owner = format!("{}:{handle}", self.inner.id);
+        Lock::new(self.inner.clone(), name, owner)
+    }
+
+    /// The random id of this client (hex), the prefix of the owner ids it makes.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// `host:port` of the server.
+    pub fn server(&self) -> &str {
+        self.inner.backend.server()
+    }
+
+    /// Problems found on connect that do not stop the client from working, e.g. a
+    /// `maxmemory-policy` that can evict lock keys. Each is also logged with `tracing::warn!`.
+    pub fn warnings(&self) -> &[String] {
+        &self.inner.warnings
+    }
+
+    /// What the server knows about the lock `name`.
+    pub async fn status(&self, name: &str) -> Result<LockStatus> {
+        let keys = LockKeys::new(name)?;
+        let raw = self.inner.backend.status(&keys).await?;
+        Ok(LockStatus::from_raw(name, raw))
+    }
+
+    /// Deletes the lock `name` whoever holds it, and wakes its waiters. For operators who know
+    /// a lock is stale; the holder (if alive) learns of it at its next renewal. Returns the
+    /// owners and hold counts that were removed (empty when the lock was free).
+    pub async fn force_unlock(&self, name: &str) -> Result<Vec<(String, u64)>> {
+        let keys = LockKeys::new(name)?;
+        let removed = self.inner.backend.force_unlock(&keys).await?;
+        tracing::info!(lock = name, ?removed, "lock force-unlocked");
+        Ok(removed)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn inner(&self) -> &Arc<ClientInner> {
+        &self.inner
+    }
+}

@@ -1,0 +1,161 @@
+//! The one error type of the library, and the input errors that are found before any I/O.
+
+use std::time::Duration;
+
+/// Input that fencelock rejects before it talks to any server.
+///
+/// Kept separate from [`Error`] (and `Clone`) so that a lock handle built from bad input can carry
+/// the problem until its first operation reports it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// The lock name is the empty string.
+    #[error("lock name is empty")]
+    EmptyName,
+    /// The lock name is longer than [`crate::MAX_NAME_LEN`] bytes.
+    #[error("lock name is {len} bytes long; the limit is {max} bytes")]
+    NameTooLong {
+        /// Length of the rejected name in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The lock name contains `{` or `}`, which would change the Redis Cluster hash tag.
+    #[error("lock name {name:?} contains '{{' or '}}', which would break its Redis Cluster hash tag")]
+    NameHasBrace {
+        /// The rejected name.
+        name: String,
+    },
+    /// A lease of zero.
+    #[error("lease must be longer than zero")]
+    ZeroLease,
+    /// A lease below [`crate::MIN_LEASE`].
+    #[error("lease of {lease:?} is shorter than the minimum of {min:?}")]
+    LeaseTooShort {
+        /// The rejected lease.
+        lease: Duration,
+        /// The minimum.
+        min: Duration,
+    },
+    /// A lease above [`crate::MAX_LEASE`].
+    #[error("lease of {lease:?} is longer than the maximum of {max:?}")]
+    LeaseTooLong {
+        /// The rejected lease.
+        lease: Duration,
+        /// The maximum.
+        max: Duration,
+    },
+    /// A lease with a fraction of a millisecond: Redis keeps leases in whole milliseconds, and
+    /// fencelock does not round silently.
+    #[error("lease of {lease:?} is not a whole number of milliseconds")]
+    LeaseNotWholeMillis {
+        /// The rejected lease.
+        lease: Duration,
+    },
+    /// An owner id that is empty, too long, or contains characters fencelock reserves.
+    #[error("owner id {owner:?} is invalid: {reason}")]
+    InvalidOwner {
+        /// The rejected owner id.
+        owner: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A server URL that cannot be used.
+    #[error("server URL {url:?} is invalid: {reason}")]
+    InvalidUrl {
+        /// The URL with any password replaced by `***`.
+        url: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A client option out of its range.
+    #[error("option {option} is invalid: {reason}")]
+    InvalidOption {
+        /// The option's name.
+        option: &'static str,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+}
+
+/// Everything that can go wrong in fencelock.
+///
+/// Each variant that involves a server names the lock (when there is one) and the server
+/// (`host:port`, never a password).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad input, rejected before any I/O.
+    #[error(transparent)]
+    InvalidInput(#[from] InputError),
+    /// [`crate::Lock::acquire_timeout`] gave up.
+    #[error("lock {lock:?} was not acquired within {waited:?} (still held by another owner)")]
+    Timeout {
+        /// The lock name.
+        lock: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The server could not be reached, or did not answer within the configured time.
+    #[error("server {server} is unavailable{}: {detail}", for_lock(.lock))]
+    Unavailable {
+        /// The lock name, when the failure happened during a lock operation.
+        lock: Option<String>,
+        /// The server address.
+        server: String,
+        /// What happened.
+        detail: String,
+    },
+    /// A lock key exists but holds a value of another type (the key is used by something else).
+    #[error("key {key:?} of lock {lock:?} on server {server} holds a value of the wrong type: {detail}")]
+    WrongType {
+        /// The lock name.
+        lock: String,
+        /// The key that has the wrong type.
+        key: String,
+        /// The server address.
+        server: String,
+        /// The server's message.
+        detail: String,
+    },
+    /// The server answered with an error.
+    #[error("server {server} returned an error{}: {source}", for_lock(.lock))]
+    Server {
+        /// The lock name, when the failure happened during a lock operation.
+        lock: Option<String>,
+        /// The server address.
+        server: String,
+        /// The underlying error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// The server answered, but not in the shape fencelock's scripts produce.
+    #[error("unexpected reply from server {server}{}: {detail}", for_lock(.lock))]
+    Protocol {
+        /// The lock name, when there is one.
+        lock: Option<String>,
+        /// The server address.
+        server: String,
+        /// What was wrong with the reply.
+        detail: String,
+    },
+    /// The guard's lease is gone: the lost-lock signal has fired, so the guard can no longer be
+    /// extended.
+    #[error("lock {lock:?} is no longer held by this guard ({reason})")]
+    LockLost {
+        /// The lock name.
+        lock: String,
+        /// Why the lock counts as lost.
+        reason: &'static str,
+    },
+}
+
+fn for_lock(lock: &Option<String>) -> String {
+    match lock {
+        Some(name) => format!(" (lock {name:?})"),
+        None => String::new(),
+    }
+}
+
+/// `Result` with fencelock's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

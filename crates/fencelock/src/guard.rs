@@ -1,0 +1,191 @@
+//! Guards: proof of holding a lock, its fencing token and its lost-lock signal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::backend::{Released, Renewal};
+use crate::client::ClientInner;
+use crate::error::{Error, Result};
+use crate::lease::LeaseState;
+use crate::options::validate_lease;
+use crate::watchdog::Request;
+
+/// A held lock.
+///
+/// Give it back with [`Guard::release`]. A guard dropped without `release` is released in the
+/// background when a tokio runtime is still running the client's task; otherwise its lease
+/// simply expires (at most one lease later). Either way the watchdog stops renewing it.
+#[must_use = "dropping a guard releases the lock in the background at once; hold it while you work"]
+pub struct Guard {
+    client: Arc<ClientInner>,
+    state: Arc<LeaseState>,
+    token: u64,
+    count: u64,
+    done: bool,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("lock", &self.state.keys.name)
+            .field("owner", &self.state.owner)
+            .field("fencing_token", &self.token)
+            .field("hold_count", &self.count)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl Guard {
+    pub(crate) fn new(client: Arc<ClientInner>, state: Arc<LeaseState>, token: u64, count: u64) -> Self {
+        Self {
+            client,
+            state,
+            token,
+            count,
+            done: false,
+        }
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.state.keys.name
+    }
+
+    /// The owner id that holds the lock.
+    pub fn owner(&self) -> &str {
+        &self.state.owner
+    }
+
+    /// The fencing token: it strictly increases from one holding of this lock name to the
+    /// next, so the protected resource can reject writes carrying an older token. Re-entries
+    /// share the token of the first entry.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// The owner's hold count right after this acquisition (1 for a first entry).
+    pub fn hold_count(&self) -> u64 {
+        self.count
+    }
+
+    /// The lease this guard was acquired with.
+    pub fn lease(&self) -> Duration {
+        self.state.lease
+    }
+
+    /// Whether the watchdog renews this guard's lease.
+    pub fn is_renewed(&self) -> bool {
+        self.state.renew
+    }
+
+    /// Resolves when the lock is no longer safely held: a renewal found another owner or no
+    /// key, or the lease deadline (measured on the monotonic clock from when the acquire
+    /// request was sent, minus the drift margin) passed without a successful renewal. Also
+    /// resolves once the guard is released.
+    pub fn lost(&self) -> WaitForCancellationFuture<'_> {
+        self.state.token().cancelled()
+    }
+
+    /// A token cancelled when [`Guard::lost`] would resolve, to hand to other tasks.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.state.token().child_token()
+    }
+
+    /// Why the lost-lock signal fired, if it did.
+    pub fn lost_reason(&self) -> Option<&'static str> {
+        if self.state.token().is_cancelled() {
+            self.state.reason()
+        } else {
+            None
+        }
+    }
+
+    /// Whether the lock is still safely held, from local state only (no round trip).
+    pub fn is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
+    /// How long the lock is certainly still held, if it is.
+    pub fn remaining_validity(&self) -> Option<Duration> {
+        if !self.is_held() {
+            return None;
+        }
+        let deadline = self.state.times().deadline;
+        Some(deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// Extends the lease to at least `lease` from now (it never shortens it). Fails with
+    /// [`Error::LockLost`] if the lock is no longer held.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        validate_lease(lease)?;
+        if !self.state.is_held() {
+            return Err(self.lost_error());
+        }
+        let sent = Instant::now();
+        let renewal = self
+            .client
+            .backend
+            .extend(&self.state.keys, &self.state.owner, lease.as_millis() as u64)
+            .await?;
+        match renewal {
+            Renewal::Renewed => {
+                let watchdog = &self.client.watchdog;
+                {
+                    let mut times = self.state.times();
+                    if self.state.token().is_cancelled() {
+                        drop(times);
+                        return Err(self.lost_error());
+                    }
+                    times.deadline = times.deadline.max(watchdog.deadline(sent, lease));
+                }
+                watchdog.reschedule(&self.state);
+                Ok(())
+            }
+            Renewal::NotHeld => {
+                self.state
+                    .fire_lost("an extension found the lock deleted or held by another owner");
+                Err(self.lost_error())
+            }
+        }
+    }
+
+    fn lost_error(&self) -> Error {
+        Error::LockLost {
+            lock: self.state.keys.name.clone(),
+            reason: self.state.reason().unwrap_or("lease expired"),
+        }
+    }
+
+    /// Gives back this guard's hold. Reports whether the lock is now free, still held by this
+    /// owner (re-entry), or was not held any more (it had been lost).
+    pub async fn release(mut self) -> Result<Released> {
+        self.done = true;
+        self.state.finish();
+        let result = self
+            .client
+            .backend
+            .release(&self.state.keys, &self.state.owner, None)
+            .await;
+        tracing::debug!(lock = %self.state.keys.name, ?result, "release");
+        result
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.state.finish();
+        self.client.watchdog.send(Request::Release {
+            client: self.client.clone(),
+            keys: self.state.keys.clone(),
+            owner: self.state.owner.clone(),
+            attempt: None,
+        });
+    }
+}

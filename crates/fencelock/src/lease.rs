@@ -1,0 +1,105 @@
+//! The state of one held lease, shared by its guard (strong) and the watchdog (weak).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::name::LockKeys;
+
+/// When a lease must be renewed and when it is gone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseTimes {
+    /// After this instant the lease may have expired on the server: the lock counts as lost.
+    pub(crate) deadline: Instant,
+    /// When the watchdog should renew next (only for renewed leases).
+    pub(crate) renew_at: Instant,
+    /// The time of this lease's live entry in the watchdog's queue.
+    pub(crate) scheduled: Option<Instant>,
+    /// A renewal request is on its way.
+    pub(crate) in_flight: bool,
+}
+
+/// One lease held through one guard.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) lease: Duration,
+    /// The watchdog renews this lease (no explicit lease was given).
+    pub(crate) renew: bool,
+    pub(crate) times: Mutex<LeaseTimes>,
+    lost: CancellationToken,
+    reason: OnceLock<&'static str>,
+    finished: AtomicBool,
+}
+
+impl LeaseState {
+    pub(crate) fn new(
+        keys: Arc<LockKeys>,
+        owner: Arc<str>,
+        lease: Duration,
+        renew: bool,
+        deadline: Instant,
+        renew_at: Instant,
+    ) -> Self {
+        Self {
+            keys,
+            owner,
+            lease,
+            renew,
+            times: Mutex::new(LeaseTimes {
+                deadline,
+                renew_at,
+                scheduled: None,
+                in_flight: false,
+            }),
+            lost: CancellationToken::new(),
+            reason: OnceLock::new(),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn times(&self) -> std::sync::MutexGuard<'_, LeaseTimes> {
+        // A panic while holding this lock cannot leave the times inconsistent (plain copies),
+        // so a poisoned lock is still usable.
+        self.times.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fires the lost-lock signal once, with its reason.
+    pub(crate) fn fire_lost(&self, reason: &'static str) {
+        if self.reason.set(reason).is_ok() {
+            tracing::warn!(lock = %self.keys.name, reason, "lock lost");
+        }
+        self.finished.store(true, Ordering::Release);
+        self.lost.cancel();
+    }
+
+    /// The guard gave the lease back: nothing more to renew or to signal to the watchdog.
+    /// Observers of the token learn that the lock is no longer theirs to use.
+    pub(crate) fn finish(&self) {
+        let _ = self.reason.set("released");
+        self.finished.store(true, Ordering::Release);
+        self.lost.cancel();
+    }
+
+    /// Released or lost: the watchdog drops it.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    pub(crate) fn reason(&self) -> Option<&'static str> {
+        self.reason.get().copied()
+    }
+
+    /// Held as far as this process can tell, without a round trip.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.lost.is_cancelled() && Instant::now() < self.times().deadline
+    }
+}

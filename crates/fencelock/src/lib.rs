@@ -1,0 +1,39 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Pieces
+//!
+//! - [`Client`]: one connection to the lock service (plus one subscriber connection for release
+//!   notifications) and one background task that renews every lease the client holds.
+//! - [`Lock`]: a cheap handle on one lock name with an owner identity; [`Lock::acquire`],
+//!   [`Lock::acquire_timeout`], [`Lock::try_acquire`].
+//! - [`Guard`]: proof of holding, with [`Guard::fencing_token`], [`Guard::lost`],
+//!   [`Guard::is_held`], [`Guard::extend`] and [`Guard::release`].
+//! - [`Error`]: one `#[non_exhaustive]` error type; bad input is an [`InputError`], found
+//!   before any I/O.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod backend;
+mod client;
+mod error;
+mod guard;
+mod lease;
+mod lock;
+mod name;
+mod options;
+mod waiters;
+mod watchdog;
+
+pub use backend::redis::redact_url;
+pub use backend::Released;
+pub use client::Client;
+pub use error::{Error, InputError, Result};
+pub use guard::Guard;
+pub use lock::{Contended, Lock, LockStatus};
+pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};
+pub use options::{ClientOptions, LockOptions, MAX_LEASE, MIN_LEASE};
+
+/// The repository README's Rust examples compile.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+mod readme {}

@@ -1,0 +1,182 @@
+//! Options of a lock and of a client, as builders.
+
+use std::time::Duration;
+
+use crate::error::InputError;
+
+/// The shortest lease accepted.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// The longest lease accepted (7 days): longer is almost certainly a unit mistake.
+pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Per-lock options.
+///
+/// ```
+/// use std::time::Duration;
+/// // A fixed 5 s lease, never renewed: the lock is gone 5 s after acquisition at the latest.
+/// let opts = fencelock::LockOptions::default().lease(Duration::from_secs(5));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockOptions {
+    pub(crate) lease: Option<Duration>,
+}
+
+impl LockOptions {
+    /// A fixed lease: the lock is held for at most this long unless [`crate::Guard::extend`] is
+    /// called, and the watchdog does not renew it. Without this option the client's default
+    /// lease applies and the watchdog renews it every lease/3 until release.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The explicit lease, if one was set.
+    pub fn explicit_lease(&self) -> Option<Duration> {
+        self.lease
+    }
+}
+
+/// Client-wide options.
+///
+/// ```
+/// use std::time::Duration;
+/// let opts = fencelock::ClientOptions::default()
+///     .default_lease(Duration::from_secs(10))
+///     .response_timeout(Duration::from_millis(500));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientOptions {
+    pub(crate) default_lease: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) drift_min: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            default_lease: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            drift_factor: 0.01,
+            drift_min: Duration::from_millis(2),
+        }
+    }
+}
+
+impl ClientOptions {
+    /// The lease of locks acquired without an explicit lease; the watchdog renews it every
+    /// lease/3. Default 30 s.
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// How long one connection attempt may take. Default 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a request may wait for its reply before it fails with
+    /// [`crate::Error::Unavailable`]. Default 2 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The clock-drift margin taken off every lease on the client side: `lease * factor + min`.
+    /// Defaults: 0.01 and 2 ms (the RedLock paper's values).
+    pub fn clock_drift(mut self, factor: f64, min: Duration) -> Self {
+        self.drift_factor = factor;
+        self.drift_min = min;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), InputError> {
+        validate_lease(self.default_lease)?;
+        if self.connect_timeout.is_zero() {
+            return Err(InputError::InvalidOption {
+                option: "connect_timeout",
+                reason: "must be longer than zero",
+            });
+        }
+        if self.response_timeout.is_zero() {
+            return Err(InputError::InvalidOption {
+                option: "response_timeout",
+                reason: "must be longer than zero",
+            });
+        }
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return Err(InputError::InvalidOption {
+                option: "clock_drift",
+                reason: "factor must be in [0, 0.5)",
+            });
+        }
+        Ok(())
+    }
+
+    /// The part of a lease the client does not trust, because clocks drift.
+    pub(crate) fn drift(&self, lease: Duration) -> Duration {
+        lease.mul_f64(self.drift_factor) + self.drift_min
+    }
+
+    /// The longest any single request may take end to end, reconnection included.
+    pub(crate) fn request_bound(&self) -> Duration {
+        self.connect_timeout + self.response_timeout
+    }
+}
+
+/// Checks a lease: whole milliseconds in [`MIN_LEASE`, `MAX_LEASE`].
+pub(crate) fn validate_lease(lease: Duration) -> Result<(), InputError> {
+    if lease.is_zero() {
+        return Err(InputError::ZeroLease);
+    }
+    if lease < MIN_LEASE {
+        return Err(InputError::LeaseTooShort {
+            lease,
+            min: MIN_LEASE,
+        });
+    }
+    if lease > MAX_LEASE {
+        return Err(InputError::LeaseTooLong {
+            lease,
+            max: MAX_LEASE,
+        });
+    }
+    if lease.subsec_nanos() % 1_000_000 != 0 {
+        return Err(InputError::LeaseNotWholeMillis { lease });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_checked() {
+        assert_eq!(validate_lease(Duration::ZERO), Err(InputError::ZeroLease));
+        assert!(matches!(
+            validate_lease(Duration::from_millis(9)),
+            Err(InputError::LeaseTooShort { .. })
+        ));
+        assert!(matches!(
+            validate_lease(MAX_LEASE + Duration::from_millis(1)),
+            Err(InputError::LeaseTooLong { .. })
+        ));
+        assert!(matches!(
+            validate_lease(Duration::from_micros(10_500)),
+            Err(InputError::LeaseNotWholeMillis { .. })
+        ));
+        assert!(validate_lease(Duration::from_millis(10)).is_ok());
+        assert!(validate_lease(MAX_LEASE).is_ok());
+    }
+
+    #[test]
+    fn drift_is_a_fraction_plus_a_floor() {
+        let o = ClientOptions::default();
+        assert_eq!(o.drift(Duration::from_secs(30)), Duration::from_millis(302));
+    }
+}

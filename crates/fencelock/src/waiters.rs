@@ -1,0 +1,200 @@
+//! Local wait queues, fed by release notifications.
+//!
+//! All waiters of one client share its subscriber connection. Per lock, the waiters of this
+//! client form a FIFO queue and only its head talks to the server: a release message wakes the
+//! head, which makes one acquire attempt. This keeps a contended lock at about two commands per
+//! acquisition (the holder's release and the next head's acquire), stops a releasing task from
+//! barging ahead of the queue, and hands the lock over in arrival order among this client's
+//! waiters. Waiters of *different* clients still race, each client's head woken by the same
+//! message.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::backend::redis::RedisBackend;
+use crate::backend::ReleaseSink;
+use crate::client::ClientInner;
+use crate::error::Error;
+use crate::watchdog::Request;
+
+/// One waiting `acquire` call.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    notify: Notify,
+    /// Set when this slot became head because its predecessor acquired the lock: the lock is
+    /// held for up to this long, so attempting before a release message would be wasted.
+    handoff: Mutex<Option<Duration>>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    waiters: VecDeque<Arc<Slot>>,
+    subscribed: bool,
+}
+
+/// The wait queues of one client, keyed by release channel.
+#[derive(Debug, Default)]
+pub(crate) struct WaitRegistry {
+    channels: Mutex<HashMap<String, Queue>>,
+    /// Serialises SUBSCRIBE and UNSUBSCRIBE so that they reach the server in decision order.
+    subscription: tokio::sync::Mutex<()>,
+}
+
+impl WaitRegistry {
+    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this client already has waiters for the channel (then a new caller queues up
+    /// behind them instead of barging in with an attempt of its own).
+    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
+        self.channels()
+            .get(channel)
+            .is_some_and(|q| !q.waiters.is_empty())
+    }
+
+    /// Joins the queue of `channel`, and makes sure the subscriber connection receives its
+    /// releases before returning, so that a release after this point cannot be missed.
+    pub(crate) async fn join(
+        &self,
+        client: &Arc<ClientInner>,
+        channel: &str,
+    ) -> Result<Ticket, Error> {
+        let slot = Arc::new(Slot::default());
+        let subscribed = {
+            let mut channels = self.channels();
+            let queue = channels.entry(channel.to_owned()).or_default();
+            queue.waiters.push_back(slot.clone());
+            queue.subscribed
+        };
+        let ticket = Ticket {
+            client: client.clone(),
+            channel: channel.to_owned(),
+            slot,
+            acquired: None,
+        };
+        if !subscribed {
+            let _order = self.subscription.lock().await;
+            if !self.channels().get(channel).is_some_and(|q| q.subscribed) {
+                client.backend.subscribe(channel).await?;
+                if let Some(queue) = self.channels().get_mut(channel) {
+                    queue.subscribed = true;
+                }
+            }
+        }
+        Ok(ticket)
+    }
+
+    /// Unsubscribes from a channel whose queue is empty; runs in the background task.
+    pub(crate) async fn unsubscribe_if_idle(&self, backend: &RedisBackend, channel: &str) {
+        let _order = self.subscription.lock().await;
+        {
+            let mut channels = self.channels();
+            match channels.get(channel) {
+                Some(q) if q.waiters.is_empty() => {
+                    let was_subscribed = q.subscribed;
+                    channels.remove(channel);
+                    if !was_subscribed {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
+        if let Err(e) = backend.unsubscribe(channel).await {
+            // A stale subscription only costs an ignored message per release.
+            tracing::debug!(channel, error = %e, "unsubscribe failed");
+        }
+    }
+
+    fn leave(&self, channel: &str, slot: &Arc<Slot>, acquired: Option<Duration>) -> bool {
+        let mut channels = self.channels();
+        let Some(queue) = channels.get_mut(channel) else {
+            return false;
+        };
+        let was_head = queue
+            .waiters
+            .front()
+            .is_some_and(|head| Arc::ptr_eq(head, slot));
+        queue.waiters.retain(|s| !Arc::ptr_eq(s, slot));
+        if was_head {
+            if let Some(next) = queue.waiters.front() {
+                *next.handoff.lock().unwrap_or_else(|e| e.into_inner()) = acquired;
+                next.notify.notify_one();
+            }
+        }
+        queue.waiters.is_empty()
+    }
+
+    fn is_head(&self, channel: &str, slot: &Arc<Slot>) -> bool {
+        self.channels()
+            .get(channel)
+            .and_then(|q| q.waiters.front())
+            .is_some_and(|head| Arc::ptr_eq(head, slot))
+    }
+}
+
+impl ReleaseSink for WaitRegistry {
+    fn released(&self, channel: &str) {
+        if let Some(head) = self.channels().get(channel).and_then(|q| q.waiters.front()) {
+            head.notify.notify_one();
+        }
+    }
+
+    fn disconnected(&self) {
+        // Releases may have been missed while the subscriber was away: every head retries.
+        for queue in self.channels().values() {
+            if let Some(head) = queue.waiters.front() {
+                head.notify.notify_one();
+            }
+        }
+    }
+}
+
+/// A place in a wait queue; leaving it (also by being dropped) passes the turn on.
+pub(crate) struct Ticket {
+    client: Arc<ClientInner>,
+    channel: String,
+    slot: Arc<Slot>,
+    acquired: Option<Duration>,
+}
+
+impl Ticket {
+    pub(crate) fn is_head(&self) -> bool {
+        self.client.waiters.is_head(&self.channel, &self.slot)
+    }
+
+    /// Resolves when a release message arrived or the turn passed to this ticket.
+    pub(crate) async fn notified(&self) {
+        self.slot.notify.notified().await
+    }
+
+    /// If the predecessor acquired the lock, how long it may hold it.
+    pub(crate) fn take_handoff(&self) -> Option<Duration> {
+        self.slot
+            .handoff
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Leaves the queue after acquiring with this lease.
+    pub(crate) fn acquired(mut self, lease: Duration) {
+        self.acquired = Some(lease);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let waiters = &self.client.waiters;
+        if waiters.leave(&self.channel, &self.slot, self.acquired) {
+            self.client.watchdog.send(Request::Unsubscribe {
+                client: self.client.clone(),
+                channel: std::mem::take(&mut self.channel),
+            });
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! Shared helpers: a fresh real server per test, clients, raw connections.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use fencelock::{Client, ClientOptions};
+use fencelock_testkit::RedisServer;
+
+pub fn server() -> RedisServer {
+    RedisServer::start().expect("start redis-server")
+}
+
+pub async fn client(server: &RedisServer) -> Client {
+    Client::connect(&server.url()).await.expect("connect")
+}
+
+pub async fn client_with(server: &RedisServer, options: ClientOptions) -> Client {
+    Client::connect_with(&server.url(), options).await.expect("connect")
+}
+
+/// Options for tests that wait on leases: short, so that the tests stay short.
+pub fn short_lease(ms: u64) -> ClientOptions {
+    ClientOptions::default().default_lease(Duration::from_millis(ms))
+}
+
+pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Awaits `f` for at most `secs` seconds, failing the test with `what` otherwise.
+pub async fn within<T>(secs: f64, what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs_f64(secs), f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {secs} s: {what}"))
+}
+
+/// Polls `check` (a server-side condition) until it holds, for at most `secs` seconds.
+pub async fn eventually(secs: f64, what: &str, mut check: impl FnMut() -> bool) {
+    within(secs, what, async {
+        while !check() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}

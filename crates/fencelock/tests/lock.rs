@@ -1,0 +1,481 @@
+//! The lock on one real Redis server: exclusion, re-entry, ownership, leases, tokens.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use fencelock::{Error, LockOptions, Released};
+use redis::AsyncCommands;
+
+/// Many tasks over several clients do a non-atomic read-modify-write of one counter. Under
+/// the lock the count is exact; the same workload without the lock loses updates (the
+/// negative control shows the check would catch a broken lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_keeps_a_racy_counter_exact() {
+    let server = server();
+    const CLIENTS: usize = 3;
+    const TASKS: usize = 4;
+    const ROUNDS: usize = 15;
+
+    async fn bump(con: &mut redis::aio::MultiplexedConnection, key: &str) {
+        let n: i64 = con.get(key).await.unwrap_or(0);
+        // Widen the race window: another writer between GET and SET loses an update.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let _: () = con.set(key, n + 1).await.unwrap();
+    }
+
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = client(&server).await;
+        for _ in 0..TASKS {
+            let lock = client.lock("counter");
+            let mut con = raw(&server).await;
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = lock.acquire().await.unwrap();
+                    bump(&mut con, "locked-count").await;
+                    assert_eq!(guard.release().await.unwrap(), Released::Released);
+                }
+            }));
+        }
+    }
+    within(60.0, "locked workers", async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    let mut con = raw(&server).await;
+    let count: i64 = con.get("locked-count").await.unwrap();
+    assert_eq!(count, (CLIENTS * TASKS * ROUNDS) as i64);
+
+    // Negative control: the same workload without the lock.
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS * TASKS {
+        let mut con = raw(&server).await;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                bump(&mut con, "unlocked-count").await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let count: i64 = con.get("unlocked-count").await.unwrap();
+    assert!(
+        count < (CLIENTS * TASKS * ROUNDS) as i64,
+        "without the lock updates should be lost, got {count}"
+    );
+}
+
+#[tokio::test]
+async fn reentry_counts_holds_and_shares_the_token() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.lock("reentrant");
+    let first = lock.acquire().await.unwrap();
+    let second = lock.clone().acquire().await.unwrap();
+    assert_eq!((first.hold_count(), second.hold_count()), (1, 2));
+    assert_eq!(first.fencing_token(), second.fencing_token());
+
+    // Another handle of the same client is another owner.
+    let other = client.lock("reentrant");
+    assert!(other.try_acquire().await.unwrap().is_err());
+
+    let status = lock.status().await.unwrap();
+    assert_eq!(status.owners, vec![(lock.owner().to_owned(), 2)]);
+    assert_eq!(status.fencing_token, Some(first.fencing_token()));
+
+    assert_eq!(second.release().await.unwrap(), Released::StillHeld { count: 1 });
+    assert!(lock.status().await.unwrap().held);
+    assert_eq!(first.release().await.unwrap(), Released::Released);
+    assert!(!lock.status().await.unwrap().held);
+    // Releasing again is harmless and reported.
+    assert_eq!(lock.release().await.unwrap(), Released::NotHeld);
+}
+
+#[tokio::test]
+async fn a_non_owner_cannot_release_but_a_shared_owner_id_can() {
+    let server = server();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let guard = a.lock("owned").acquire().await.unwrap();
+
+    assert_eq!(b.lock("owned").release().await.unwrap(), Released::NotHeld);
+    assert!(b.status("owned").await.unwrap().held);
+
+    // Another process that knows the owner id may re-enter and release.
+    let same = b.lock("owned").with_owner(guard.owner());
+    let again = same.acquire().await.unwrap();
+    assert_eq!(again.hold_count(), 2);
+    assert_eq!(again.release().await.unwrap(), Released::StillHeld { count: 1 });
+    assert_eq!(same.release().await.unwrap(), Released::Released);
+    // The guard learns at release that its hold is gone.
+    assert_eq!(guard.release().await.unwrap(), Released::NotHeld);
+}
+
+#[tokio::test]
+async fn explicit_extend_keeps_a_fixed_lease_alive() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client
+        .lock("extended")
+        .with_options(LockOptions::default().lease(Duration::from_millis(400)));
+    let guard = lock.acquire().await.unwrap();
+    assert!(!guard.is_renewed());
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await; // twice the original lease
+    assert!(guard.is_held());
+    let status = lock.status().await.unwrap();
+    assert!(status.held);
+    assert!(status.remaining_lease.unwrap() > Duration::from_secs(3));
+    assert!(guard.remaining_validity().unwrap() > Duration::from_secs(3));
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+#[tokio::test]
+async fn a_fixed_lease_expires_and_the_guard_says_so() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client
+        .lock("fixed")
+        .with_options(LockOptions::default().lease(Duration::from_millis(300)));
+    let guard = lock.acquire().await.unwrap();
+    within(2.0, "lost after the fixed lease", guard.lost()).await;
+    assert!(!guard.is_held());
+    assert!(guard.lost_reason().unwrap().contains("deadline"));
+    assert!(matches!(
+        guard.extend(Duration::from_secs(1)).await,
+        Err(Error::LockLost { .. })
+    ));
+    // The server let it go too: another owner gets it.
+    let other = client.lock("fixed").acquire_timeout(Duration::from_secs(2)).await.unwrap();
+    assert!(other.fencing_token() > guard.fencing_token());
+}
+
+/// A 300 ms lease, renewed by the watchdog, survives ten lease periods.
+#[tokio::test]
+async fn the_watchdog_keeps_a_short_lease_alive() {
+    let server = server();
+    let client = client_with(&server, short_lease(300)).await;
+    let guard = client.lock("renewed").acquire().await.unwrap();
+    assert!(guard.is_renewed());
+    let renewals_before = server.command_calls("evalsha");
+    tokio::select! {
+        _ = guard.lost() => panic!("lost: {:?}", guard.lost_reason()),
+        _ = tokio::time::sleep(Duration::from_secs(3)) => {}
+    }
+    assert!(guard.is_held());
+    let status = client.status("renewed").await.unwrap();
+    assert_eq!(status.owners, vec![(guard.owner().to_owned(), 1)]);
+    // About 30 renewals at lease/3; allow for batching slack.
+    let renewals = server.command_calls("evalsha") - renewals_before;
+    assert!((15..=45).contains(&renewals), "{renewals} renewals");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn lost_fires_when_the_key_is_deleted_behind_the_holder() {
+    let server = server();
+    let client = client_with(&server, short_lease(600)).await;
+    let guard = client.lock("deleted").acquire().await.unwrap();
+    let token = guard.lost_token();
+    let mut con = raw(&server).await;
+    let _: () = con.del("fencelock:{deleted}").await.unwrap();
+    // The next renewal (within lease/3) finds no key.
+    within(2.0, "lost after DEL", guard.lost()).await;
+    assert!(token.is_cancelled());
+    assert!(!guard.is_held());
+    assert!(guard.lost_reason().unwrap().contains("deleted or held by another"));
+    assert_eq!(guard.release().await.unwrap(), Released::NotHeld);
+}
+
+#[tokio::test]
+async fn lost_fires_when_the_server_is_paused_past_the_lease() {
+    let server = server();
+    let options = short_lease(500).response_timeout(Duration::from_secs(5));
+    let client = client_with(&server, options).await;
+    let guard = client.lock("paused").acquire().await.unwrap();
+    let acquired = tokio::time::Instant::now();
+    server.pause();
+    within(3.0, "lost while the server is paused", guard.lost()).await;
+    // Not before the deadline (lease minus drift), and not much after.
+    let after = acquired.elapsed();
+    server.resume();
+    assert!(after >= Duration::from_millis(480), "fired after {after:?}");
+    assert!(after < Duration::from_millis(1500), "fired after {after:?}");
+    assert!(!guard.is_held());
+    assert!(guard.lost_reason().unwrap().contains("deadline"));
+}
+
+/// A waiter is woken by the release message: it sends no command while it waits, and gets
+/// the lock long before the holder's 30 s lease would have run out.
+#[tokio::test]
+async fn a_waiter_wakes_on_release_without_polling() {
+    let server = server();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let opts = LockOptions::default().lease(Duration::from_secs(30));
+    let guard = holder.lock("wake").with_options(opts).acquire().await.unwrap();
+
+    let lock = waiter.lock("wake");
+    let task = tokio::spawn(async move {
+        let g = lock.acquire().await.unwrap();
+        let at = tokio::time::Instant::now();
+        (g, at)
+    });
+    // The holder's acquire, then the waiter's attempt, SUBSCRIBE, and one attempt more (a
+    // release between the first attempt and the subscription must not be missed).
+    eventually(5.0, "waiter subscribed", || {
+        server.command_calls("subscribe") == 1 && server.command_calls("evalsha") == 3
+    })
+    .await;
+    let attempts_before = server.command_calls("evalsha");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(server.command_calls("evalsha"), attempts_before, "the waiter polled");
+    assert!(!task.is_finished());
+
+    let released_at = tokio::time::Instant::now();
+    guard.release().await.unwrap();
+    let (g, acquired_at) = within(5.0, "waiter woken", task).await.unwrap();
+    let gap = acquired_at - released_at;
+    assert!(gap < Duration::from_secs(2), "handover took {gap:?}");
+    // release + one acquire, nothing else.
+    assert_eq!(server.command_calls("evalsha") - attempts_before, 2);
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn local_waiters_are_served_in_arrival_order() {
+    let server = server();
+    let client = client(&server).await;
+    let guard = client.lock("fifo").acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let lock = client.lock("fifo");
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            g.release().await.unwrap();
+        }));
+        // Each joins the queue before the next starts (the first one subscribes; the others
+        // queue behind it locally, without a command).
+        if i == 0 {
+            eventually(5.0, "subscribed", || server.command_calls("subscribe") >= 1).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    guard.release().await.unwrap();
+    within(10.0, "waiters", async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+}
+
+#[tokio::test]
+async fn acquire_timeout_gives_a_typed_error_and_try_acquire_the_remaining_lease() {
+    let server = server();
+    let client = client(&server).await;
+    let opts = LockOptions::default().lease(Duration::from_secs(20));
+    let guard = client.lock("busy").with_options(opts).acquire().await.unwrap();
+    let other = client.lock("busy");
+    let started = tokio::time::Instant::now();
+    match other.acquire_timeout(Duration::from_millis(300)).await {
+        Err(Error::Timeout { lock, waited }) => {
+            assert_eq!(lock, "busy");
+            assert_eq!(waited, Duration::from_millis(300));
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let busy = other.try_acquire().await.unwrap().unwrap_err();
+    let remaining = busy.remaining_lease.unwrap();
+    assert!(remaining > Duration::from_secs(15) && remaining <= Duration::from_secs(20));
+    guard.release().await.unwrap();
+    // Dropping a waiting acquire cancels it cleanly: the queue moves on.
+    assert!(other.try_acquire().await.unwrap().is_ok());
+}
+
+#[tokio::test]
+async fn a_dropped_guard_is_released_in_the_background() {
+    let server = server();
+    let client = client(&server).await;
+    let guard = client.lock("dropped").acquire().await.unwrap();
+    drop(guard);
+    let other = client.lock("dropped");
+    // Far sooner than the 30 s lease.
+    let guard = within(3.0, "released after drop", other.acquire()).await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase_across_holders() {
+    let server = server();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let mut tokens = Vec::new();
+    for i in 0..20 {
+        let client = if i % 2 == 0 { &a } else { &b };
+        let guard = client.lock("fenced").acquire().await.unwrap();
+        tokens.push(guard.fencing_token());
+        guard.release().await.unwrap();
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    // A counter ahead of the clock still goes up by one.
+    let mut con = raw(&server).await;
+    let ahead = tokens[19] + 1_000_000_000_000;
+    let _: () = con.set("fencelock:{fenced}:fence", ahead).await.unwrap();
+    let guard = a.lock("fenced").acquire().await.unwrap();
+    assert_eq!(guard.fencing_token(), ahead + 1);
+    guard.release().await.unwrap();
+    assert_eq!(a.status("fenced").await.unwrap().last_token, Some(ahead + 1));
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_across_a_restart_that_lost_the_data() {
+    let mut server = server();
+    let before = {
+        let client = client(&server).await;
+        let guard = client.lock("restarted").acquire().await.unwrap();
+        let t = guard.fencing_token();
+        guard.release().await.unwrap();
+        t
+    };
+    server.restart().unwrap();
+    let mut con = raw(&server).await;
+    let keys: Vec<String> = con.keys("*").await.unwrap();
+    assert!(keys.is_empty(), "the restart should have lost the data: {keys:?}");
+    let client = client(&server).await;
+    let guard = client.lock("restarted").acquire().await.unwrap();
+    assert!(guard.fencing_token() > before, "{} <= {before}", guard.fencing_token());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn scripts_survive_script_flush() {
+    let server = server();
+    let client = client_with(&server, short_lease(300)).await;
+    let lock = client.lock("flushed");
+    lock.acquire().await.unwrap().release().await.unwrap();
+    server.command(&["SCRIPT", "FLUSH"]).unwrap();
+    let guard = lock.acquire().await.unwrap();
+    // The watchdog's pipelined renewals recover from NOSCRIPT too.
+    server.command(&["SCRIPT", "FLUSH"]).unwrap();
+    tokio::select! {
+        _ = guard.lost() => panic!("lost after SCRIPT FLUSH: {:?}", guard.lost_reason()),
+        _ = tokio::time::sleep(Duration::from_millis(1000)) => {}
+    }
+    server.command(&["SCRIPT", "FLUSH"]).unwrap();
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert!(server.command_calls("script|load") + server.command_calls("eval") >= 2);
+}
+
+#[tokio::test]
+async fn a_key_of_the_wrong_type_is_a_clear_error() {
+    let server = server();
+    let client = client(&server).await;
+    let mut con = raw(&server).await;
+    let _: () = con.set("fencelock:{typed}", "not a hash").await.unwrap();
+    match client.lock("typed").acquire().await {
+        Err(Error::WrongType { lock, key, .. }) => {
+            assert_eq!(lock, "typed");
+            assert_eq!(key, "fencelock:{typed}");
+        }
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert!(matches!(
+        client.lock("typed").release().await,
+        Err(Error::WrongType { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_dead_server_gives_a_bounded_error_and_a_restarted_one_works_again() {
+    let mut server = server();
+    let options = fencelock::ClientOptions::default()
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300));
+    let client = client_with(&server, options).await;
+    let lock = client.lock("dead");
+    server.kill();
+    let started = tokio::time::Instant::now();
+    match lock.try_acquire().await {
+        Err(Error::Unavailable { server: s, lock: l, .. }) => {
+            assert_eq!(s, format!("127.0.0.1:{}", server.port()));
+            assert_eq!(l.as_deref(), Some("dead"));
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    // A paused server (no reply at all) is bounded too.
+    server.restart().unwrap();
+    server.pause();
+    let started = tokio::time::Instant::now();
+    assert!(matches!(lock.try_acquire().await, Err(Error::Unavailable { .. })));
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    server.resume();
+    // Back: the same client works again (it reconnects on its own).
+    let guard = within(10.0, "reconnect", async {
+        loop {
+            if let Ok(Ok(g)) = lock.try_acquire().await {
+                break g;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    guard.release().await.unwrap();
+}
+
+/// An acquire whose reply never arrived is undone in the background, so the lock does not
+/// stay taken for a whole (30 s) lease.
+#[tokio::test]
+async fn an_acquire_with_a_lost_reply_leaves_no_orphan() {
+    let server = server();
+    let options = fencelock::ClientOptions::default().response_timeout(Duration::from_millis(300));
+    let client = client_with(&server, options).await;
+    let lock = client.lock("orphan");
+    server.pause();
+    assert!(matches!(lock.try_acquire().await, Err(Error::Unavailable { .. })));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.resume();
+    // The acquire reaches the server once it runs again; the undo follows it.
+    eventually(10.0, "orphan removed", || {
+        server.command_calls("evalsha") >= 2
+            && server.command(&["EXISTS", "fencelock:{orphan}"]).unwrap().int() == Some(0)
+    })
+    .await;
+    let other = client_with(&server, Default::default()).await;
+    assert!(other.lock("orphan").try_acquire().await.unwrap().is_ok());
+}
+
+#[tokio::test]
+async fn an_evicting_server_is_reported_and_a_disabled_config_is_skipped() {
+    let evicting = fencelock_testkit::RedisServer::builder()
+        .config("maxmemory-policy", "allkeys-lru")
+        .start()
+        .unwrap();
+    let c = client(&evicting).await;
+    assert_eq!(c.warnings().len(), 1);
+    assert!(c.warnings()[0].contains("allkeys-lru"));
+
+    let plain = server();
+    assert!(client(&plain).await.warnings().is_empty());
+
+    let no_config = fencelock_testkit::RedisServer::builder()
+        .config("rename-command", "CONFIG \"\"")
+        .start();
+    if let Ok(no_config) = no_config {
+        let c = client(&no_config).await;
+        assert!(c.warnings().is_empty());
+        c.lock("x").acquire().await.unwrap().release().await.unwrap();
+    }
+}
