@@ -45,12 +45,11 @@ impl RedisServerBuilder {
 
     /// Starts the server and waits until it answers PING.
     pub fn start(self) -> Result<RedisServer, TestkitError> {
-        let program = find_program("redis-server", "FENCELOCK_REDIS_SERVER").ok_or(
-            TestkitError::Missing {
-                program: "redis-server",
-                hint: "install it (Debian: apt-get install redis-server) or set FENCELOCK_REDIS_SERVER",
-            },
-        )?;
+        let program = find_program("redis-server", "FENCELOCK_REDIS_SERVER")
+            .ok_or(TestkitError::Missing {
+            program: "redis-server",
+            hint: "install it (Debian: apt-get install redis-server) or set FENCELOCK_REDIS_SERVER",
+        })?;
         let mut last = String::new();
         // A port found free can be taken before the server binds it: try a few.
         for _ in 0..5 {
@@ -59,7 +58,9 @@ impl RedisServerBuilder {
                 options: self.clone(),
                 port: free_port()?,
                 child: None,
-                dir: tempfile::Builder::new().prefix("fencelock-redis-").tempdir()?,
+                dir: tempfile::Builder::new()
+                    .prefix("fencelock-redis-")
+                    .tempdir()?,
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -100,9 +101,22 @@ impl RedisServer {
         let dir = self.dir.path().to_string_lossy().into_owned();
         let log = self.log_path().to_string_lossy().into_owned();
         let mut args: Vec<String> = [
-            "--port", &port, "--bind", "127.0.0.1", "--dir", &dir, "--logfile", &log,
-            "--daemonize", "no", "--save", "", "--protected-mode", "yes",
-            "--enable-debug-command", "local",
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            &dir,
+            "--logfile",
+            &log,
+            "--daemonize",
+            "no",
+            "--save",
+            "",
+            "--protected-mode",
+            "yes",
+            "--enable-debug-command",
+            "local",
         ]
         .iter()
         .map(|s| s.to_string())

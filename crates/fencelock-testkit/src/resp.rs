@@ -80,7 +80,10 @@ pub(crate) fn command(port: u16, args: &[&str], timeout: Duration) -> Result<Rep
 }
 
 fn malformed(what: &str) -> RespError {
-    RespError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned()))
+    RespError::Io(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        what.to_owned(),
+    ))
 }
 
 fn read_reply(r: &mut impl BufRead) -> Result<Reply, RespError> {

@@ -78,11 +78,7 @@ impl Client {
             warnings,
             shutdown: CancellationToken::new(),
         });
-        tokio::spawn(runner.run(
-            watchdog,
-            Arc::downgrade(&inner),
-            inner.shutdown.clone(),
-        ));
+        tokio::spawn(runner.run(watchdog, Arc::downgrade(&inner), inner.shutdown.clone()));
         tracing::debug!(server = inner.backend.server(), id = %inner.id, "fencelock client connected");
         Ok(Self { inner })
     }

@@ -21,7 +21,9 @@ pub enum InputError {
         max: usize,
     },
     /// The lock name contains `{` or `}`, which would change the Redis Cluster hash tag.
-    #[error("lock name {name:?} contains '{{' or '}}', which would break its Redis Cluster hash tag")]
+    #[error(
+        "lock name {name:?} contains '{{' or '}}', which would break its Redis Cluster hash tag"
+    )]
     NameHasBrace {
         /// The rejected name.
         name: String,
@@ -107,7 +109,9 @@ pub enum Error {
         detail: String,
     },
     /// A lock key exists but holds a value of another type (the key is used by something else).
-    #[error("key {key:?} of lock {lock:?} on server {server} holds a value of the wrong type: {detail}")]
+    #[error(
+        "key {key:?} of lock {lock:?} on server {server} holds a value of the wrong type: {detail}"
+    )]
     WrongType {
         /// The lock name.
         lock: String,

@@ -40,7 +40,12 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
-    pub(crate) fn new(client: Arc<ClientInner>, state: Arc<LeaseState>, token: u64, count: u64) -> Self {
+    pub(crate) fn new(
+        client: Arc<ClientInner>,
+        state: Arc<LeaseState>,
+        token: u64,
+        count: u64,
+    ) -> Self {
         Self {
             client,
             state,
@@ -129,7 +134,11 @@ impl Guard {
         let renewal = self
             .client
             .backend
-            .extend(&self.state.keys, &self.state.owner, lease.as_millis() as u64)
+            .extend(
+                &self.state.keys,
+                &self.state.owner,
+                lease.as_millis() as u64,
+            )
             .await?;
         match renewal {
             Renewal::Renewed => {

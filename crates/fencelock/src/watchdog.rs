@@ -22,8 +22,8 @@ use crate::backend::Renewal;
 use crate::client::ClientInner;
 use crate::error::Error;
 use crate::lease::{LeaseState, LeaseTimes};
-use crate::options::ClientOptions;
 use crate::name::LockKeys;
+use crate::options::ClientOptions;
 
 /// Renewals due within one quantum of each other go out together.
 const BATCH_QUANTUM: Duration = Duration::from_millis(10);
@@ -353,7 +353,10 @@ async fn run_request(request: Request) {
             }
         }
         Request::Unsubscribe { client, channel } => {
-            client.waiters.unsubscribe_if_idle(&client.backend, &channel).await;
+            client
+                .waiters
+                .unsubscribe_if_idle(&client.backend, &channel)
+                .await;
         }
     }
 }

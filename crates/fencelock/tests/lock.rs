@@ -89,7 +89,10 @@ async fn reentry_counts_holds_and_shares_the_token() {
     assert_eq!(status.owners, vec![(lock.owner().to_owned(), 2)]);
     assert_eq!(status.fencing_token, Some(first.fencing_token()));
 
-    assert_eq!(second.release().await.unwrap(), Released::StillHeld { count: 1 });
+    assert_eq!(
+        second.release().await.unwrap(),
+        Released::StillHeld { count: 1 }
+    );
     assert!(lock.status().await.unwrap().held);
     assert_eq!(first.release().await.unwrap(), Released::Released);
     assert!(!lock.status().await.unwrap().held);
@@ -111,7 +114,10 @@ async fn a_non_owner_cannot_release_but_a_shared_owner_id_can() {
     let same = b.lock("owned").with_owner(guard.owner());
     let again = same.acquire().await.unwrap();
     assert_eq!(again.hold_count(), 2);
-    assert_eq!(again.release().await.unwrap(), Released::StillHeld { count: 1 });
+    assert_eq!(
+        again.release().await.unwrap(),
+        Released::StillHeld { count: 1 }
+    );
     assert_eq!(same.release().await.unwrap(), Released::Released);
     // The guard learns at release that its hold is gone.
     assert_eq!(guard.release().await.unwrap(), Released::NotHeld);
@@ -152,7 +158,11 @@ async fn a_fixed_lease_expires_and_the_guard_says_so() {
         Err(Error::LockLost { .. })
     ));
     // The server let it go too: another owner gets it.
-    let other = client.lock("fixed").acquire_timeout(Duration::from_secs(2)).await.unwrap();
+    let other = client
+        .lock("fixed")
+        .acquire_timeout(Duration::from_secs(2))
+        .await
+        .unwrap();
     assert!(other.fencing_token() > guard.fencing_token());
 }
 
@@ -189,7 +199,10 @@ async fn lost_fires_when_the_key_is_deleted_behind_the_holder() {
     within(2.0, "lost after DEL", guard.lost()).await;
     assert!(token.is_cancelled());
     assert!(!guard.is_held());
-    assert!(guard.lost_reason().unwrap().contains("deleted or held by another"));
+    assert!(guard
+        .lost_reason()
+        .unwrap()
+        .contains("deleted or held by another"));
     assert_eq!(guard.release().await.unwrap(), Released::NotHeld);
 }
 
@@ -219,9 +232,17 @@ async fn a_waiter_wakes_on_release_without_polling() {
     let holder = client(&server).await;
     let waiter = client(&server).await;
     let opts = LockOptions::default().lease(Duration::from_secs(30));
-    let guard = holder.lock("wake").with_options(opts).acquire().await.unwrap();
+    let guard = holder
+        .lock("wake")
+        .with_options(opts)
+        .acquire()
+        .await
+        .unwrap();
     // Load the release script now, so that its first NOSCRIPT round does not count below.
-    assert_eq!(holder.lock("warm").release().await.unwrap(), Released::NotHeld);
+    assert_eq!(
+        holder.lock("warm").release().await.unwrap(),
+        Released::NotHeld
+    );
 
     let base = server.command_calls("evalsha");
     let lock = waiter.lock("wake");
@@ -238,7 +259,11 @@ async fn a_waiter_wakes_on_release_without_polling() {
     .await;
     let attempts_before = server.command_calls("evalsha");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(server.command_calls("evalsha"), attempts_before, "the waiter polled");
+    assert_eq!(
+        server.command_calls("evalsha"),
+        attempts_before,
+        "the waiter polled"
+    );
     assert!(!task.is_finished());
 
     let released_at = tokio::time::Instant::now();
@@ -288,7 +313,12 @@ async fn acquire_timeout_gives_a_typed_error_and_try_acquire_the_remaining_lease
     let server = server();
     let client = client(&server).await;
     let opts = LockOptions::default().lease(Duration::from_secs(20));
-    let guard = client.lock("busy").with_options(opts).acquire().await.unwrap();
+    let guard = client
+        .lock("busy")
+        .with_options(opts)
+        .acquire()
+        .await
+        .unwrap();
     let other = client.lock("busy");
     let started = tokio::time::Instant::now();
     match other.acquire_timeout(Duration::from_millis(300)).await {
@@ -315,7 +345,9 @@ async fn a_dropped_guard_is_released_in_the_background() {
     drop(guard);
     let other = client.lock("dropped");
     // Far sooner than the 30 s lease.
-    let guard = within(3.0, "released after drop", other.acquire()).await.unwrap();
+    let guard = within(3.0, "released after drop", other.acquire())
+        .await
+        .unwrap();
     guard.release().await.unwrap();
 }
 
@@ -339,7 +371,10 @@ async fn fencing_tokens_strictly_increase_across_holders() {
     let guard = a.lock("fenced").acquire().await.unwrap();
     assert_eq!(guard.fencing_token(), ahead + 1);
     guard.release().await.unwrap();
-    assert_eq!(a.status("fenced").await.unwrap().last_token, Some(ahead + 1));
+    assert_eq!(
+        a.status("fenced").await.unwrap().last_token,
+        Some(ahead + 1)
+    );
 }
 
 #[tokio::test]
@@ -355,10 +390,17 @@ async fn fencing_tokens_increase_across_a_restart_that_lost_the_data() {
     server.restart().unwrap();
     let mut con = raw(&server).await;
     let keys: Vec<String> = con.keys("*").await.unwrap();
-    assert!(keys.is_empty(), "the restart should have lost the data: {keys:?}");
+    assert!(
+        keys.is_empty(),
+        "the restart should have lost the data: {keys:?}"
+    );
     let client = client(&server).await;
     let guard = client.lock("restarted").acquire().await.unwrap();
-    assert!(guard.fencing_token() > before, "{} <= {before}", guard.fencing_token());
+    assert!(
+        guard.fencing_token() > before,
+        "{} <= {before}",
+        guard.fencing_token()
+    );
     guard.release().await.unwrap();
 }
 
@@ -411,19 +453,32 @@ async fn a_dead_server_gives_a_bounded_error_and_a_restarted_one_works_again() {
     server.kill();
     let started = tokio::time::Instant::now();
     match lock.try_acquire().await {
-        Err(Error::Unavailable { server: s, lock: l, .. }) => {
+        Err(Error::Unavailable {
+            server: s, lock: l, ..
+        }) => {
             assert_eq!(s, format!("127.0.0.1:{}", server.port()));
             assert_eq!(l.as_deref(), Some("dead"));
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     // A paused server (no reply at all) is bounded too.
     server.restart().unwrap();
     server.pause();
     let started = tokio::time::Instant::now();
-    assert!(matches!(lock.try_acquire().await, Err(Error::Unavailable { .. })));
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(matches!(
+        lock.try_acquire().await,
+        Err(Error::Unavailable { .. })
+    ));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     server.resume();
     // Back: the same client works again (it reconnects on its own).
     let guard = within(10.0, "reconnect", async {
@@ -447,13 +502,20 @@ async fn an_acquire_with_a_lost_reply_leaves_no_orphan() {
     let client = client_with(&server, options).await;
     let lock = client.lock("orphan");
     server.pause();
-    assert!(matches!(lock.try_acquire().await, Err(Error::Unavailable { .. })));
+    assert!(matches!(
+        lock.try_acquire().await,
+        Err(Error::Unavailable { .. })
+    ));
     tokio::time::sleep(Duration::from_millis(200)).await;
     server.resume();
     // The acquire reaches the server once it runs again; the undo follows it.
     eventually(10.0, "orphan removed", || {
         server.command_calls("evalsha") >= 2
-            && server.command(&["EXISTS", "fencelock:{orphan}"]).unwrap().int() == Some(0)
+            && server
+                .command(&["EXISTS", "fencelock:{orphan}"])
+                .unwrap()
+                .int()
+                == Some(0)
     })
     .await;
     let other = client_with(&server, Default::default()).await;
@@ -479,6 +541,35 @@ async fn an_evicting_server_is_reported_and_a_disabled_config_is_skipped() {
     if let Ok(no_config) = no_config {
         let c = client(&no_config).await;
         assert!(c.warnings().is_empty());
-        c.lock("x").acquire().await.unwrap().release().await.unwrap();
+        c.lock("x")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
     }
+}
+
+/// The background task holds only a weak reference: dropping the client and its guards ends
+/// it, and a dropped guard's background release still reaches the server first.
+#[tokio::test]
+async fn the_background_task_ends_with_the_client() {
+    let server = server();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let idle = metrics.num_alive_tasks();
+    let client = client(&server).await;
+    assert!(metrics.num_alive_tasks() > idle);
+    let guard = client.lock("ending").acquire().await.unwrap();
+    drop(client);
+    drop(guard);
+    eventually(5.0, "task ended", || metrics.num_alive_tasks() == idle).await;
+    eventually(5.0, "released", || {
+        server
+            .command(&["EXISTS", "fencelock:{ending}"])
+            .unwrap()
+            .int()
+            == Some(0)
+    })
+    .await;
 }

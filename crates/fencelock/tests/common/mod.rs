@@ -16,7 +16,9 @@ pub async fn client(server: &RedisServer) -> Client {
 }
 
 pub async fn client_with(server: &RedisServer, options: ClientOptions) -> Client {
-    Client::connect_with(&server.url(), options).await.expect("connect")
+    Client::connect_with(&server.url(), options)
+        .await
+        .expect("connect")
 }
 
 /// Options for tests that wait on leases: short, so that the tests stay short.

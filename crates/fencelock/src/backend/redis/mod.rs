@@ -222,7 +222,9 @@ impl RedisBackend {
 
     fn token(&self, keys: &LockKeys, value: &Value) -> Result<u64, Error> {
         let parsed = match value {
-            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok().and_then(|s| s.parse().ok()),
+            Value::BulkString(bytes) => {
+                std::str::from_utf8(bytes).ok().and_then(|s| s.parse().ok())
+            }
             Value::Int(n) => u64::try_from(*n).ok(),
             _ => None,
         };
@@ -287,9 +289,7 @@ impl RedisBackend {
             .bounded(None, pipe.query_async(&mut conn))
             .await?
             .map_err(|e| self.error(None, e))?;
-        let noscript = |v: &Value| {
-            matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
-        };
+        let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
         if replies.iter().any(noscript) {
             // The script cache was flushed: load it and send the batch once more.
             self.bounded(None, script.load_async(&mut conn))
@@ -392,7 +392,10 @@ impl RedisBackend {
 
     fn error(&self, keys: Option<&LockKeys>, e: RedisError) -> Error {
         let lock = keys.map(|k| k.name.clone());
-        if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
+        if e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
         {
             return Error::Unavailable {
                 lock,

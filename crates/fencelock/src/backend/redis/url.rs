@@ -73,7 +73,14 @@ mod tests {
 
     #[test]
     fn bad_urls_are_rejected() {
-        for bad in ["", "localhost:6379", "http://h:1", "redis://", "redis://:1", "redis://h:notaport"] {
+        for bad in [
+            "",
+            "localhost:6379",
+            "http://h:1",
+            "redis://",
+            "redis://:1",
+            "redis://h:notaport",
+        ] {
             let err = parse(bad).unwrap_err();
             assert!(matches!(err, InputError::InvalidUrl { .. }), "{bad}: {err}");
         }
