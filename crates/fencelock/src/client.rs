@@ -127,9 +127,4 @@ impl Client {
         tracing::info!(lock = name, ?removed, "lock force-unlocked");
         Ok(removed)
     }
-
-    #[cfg(test)]
-    pub(crate) fn inner(&self) -> &Arc<ClientInner> {
-        &self.inner
-    }
 }

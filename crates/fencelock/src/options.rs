@@ -145,7 +145,7 @@ pub(crate) fn validate_lease(lease: Duration) -> Result<(), InputError> {
             max: MAX_LEASE,
         });
     }
-    if lease.subsec_nanos() % 1_000_000 != 0 {
+    if !lease.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(InputError::LeaseNotWholeMillis { lease });
     }
     Ok(())

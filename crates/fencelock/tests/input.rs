@@ -21,7 +21,8 @@ async fn bad_names_leases_and_owners_are_rejected_before_any_io() {
     let before = server.command_calls("evalsha") + server.command_calls("eval");
 
     let long = "n".repeat(513);
-    let cases: Vec<(fencelock::Lock, fn(&InputError) -> bool)> = vec![
+    type Expect = fn(&InputError) -> bool;
+    let cases: Vec<(fencelock::Lock, Expect)> = vec![
         (client.lock(""), |e| matches!(e, InputError::EmptyName)),
         (client.lock(&long), |e| {
             matches!(e, InputError::NameTooLong { len: 513, max: 512 })
@@ -50,7 +51,7 @@ async fn bad_names_leases_and_owners_are_rejected_before_any_io() {
         (
             client
                 .lock("ok")
-                .with_options(LockOptions::default().lease(Duration::from_micros(1500_500))),
+                .with_options(LockOptions::default().lease(Duration::from_micros(1_500_500))),
             |e| matches!(e, InputError::LeaseNotWholeMillis { .. }),
         ),
         (client.lock("ok").with_owner(""), |e| {
