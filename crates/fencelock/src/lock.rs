@@ -97,7 +97,7 @@ impl LockStatus {
 struct PendingAttempt<'a> {
     lock: &'a Lock,
     keys: &'a Arc<LockKeys>,
-    id: String,
+    id: u64,
     armed: bool,
 }
 
@@ -108,7 +108,7 @@ impl Drop for PendingAttempt<'_> {
                 client: self.lock.client.clone(),
                 keys: self.keys.clone(),
                 owner: self.lock.owner.clone(),
-                attempt: Some(std::mem::take(&mut self.id)),
+                attempt: Some(self.id),
             });
         }
     }
@@ -265,14 +265,14 @@ impl Lock {
         let mut pending = PendingAttempt {
             lock: self,
             keys,
-            id: format!("{:016x}", rand::random::<u64>()),
+            id: rand::random(),
             armed: true,
         };
         let sent = Instant::now();
         let reply = self
             .client
             .backend
-            .acquire(keys, &self.owner, lease.as_millis() as u64, &pending.id)
+            .acquire(keys, &self.owner, lease.as_millis() as u64, pending.id)
             .await;
         match reply {
             Ok(AcquireReply::Acquired { token, count }) => {

@@ -29,6 +29,8 @@ use crate::options::ClientOptions;
 const BATCH_QUANTUM: Duration = Duration::from_millis(10);
 /// The most renewals in one pipeline.
 const MAX_BATCH: usize = 1000;
+/// How long a release channel stays subscribed after its last local waiter left.
+const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
 /// Below this many queue entries, stale ones are not worth compacting.
 const COMPACT_MIN: usize = 1024;
 
@@ -40,7 +42,7 @@ pub(crate) enum Request {
         keys: Arc<LockKeys>,
         owner: Arc<str>,
         /// Only if this attempt was the last to acquire: undoes an acquire whose reply was lost.
-        attempt: Option<String>,
+        attempt: Option<u64>,
     },
     /// The last local waiter on a channel left: unsubscribe unless a new one came.
     Unsubscribe {
@@ -72,9 +74,18 @@ impl Ord for Entry {
     }
 }
 
+/// The timer queue. Released leases leave their entries behind (a heap cannot remove from
+/// the middle); they are dropped when popped, or all at once when the queue has doubled since
+/// the last sweep, which keeps the sweep's cost amortised O(1) per entry.
+#[derive(Default)]
+struct Queue {
+    heap: BinaryHeap<Entry>,
+    sweep_at: usize,
+}
+
 /// The client's handle on its background task.
 pub(crate) struct Watchdog {
-    queue: Mutex<BinaryHeap<Entry>>,
+    queue: Mutex<Queue>,
     wake: Notify,
     requests: mpsc::UnboundedSender<Request>,
     options: ClientOptions,
@@ -99,7 +110,7 @@ impl Watchdog {
         let (tx, rx) = mpsc::unbounded_channel();
         (
             Self {
-                queue: Mutex::new(BinaryHeap::new()),
+                queue: Mutex::new(Queue::default()),
                 wake: Notify::new(),
                 requests: tx,
                 options,
@@ -108,7 +119,7 @@ impl Watchdog {
         )
     }
 
-    fn queue(&self) -> std::sync::MutexGuard<'_, BinaryHeap<Entry>> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -158,11 +169,12 @@ impl Watchdog {
         }
         times.scheduled = Some(next);
         let mut queue = self.queue();
-        let earliest = queue.peek().map(|e| e.at);
-        if queue.len() >= COMPACT_MIN && queue.len() > 2 * live_estimate(&queue) {
-            queue.retain(|e| e.lease.strong_count() > 0);
+        let earliest = queue.heap.peek().map(|e| e.at);
+        if queue.heap.len() >= queue.sweep_at.max(COMPACT_MIN) {
+            queue.heap.retain(|e| e.lease.strong_count() > 0);
+            queue.sweep_at = 2 * queue.heap.len();
         }
-        queue.push(Entry {
+        queue.heap.push(Entry {
             at: next,
             lease: Arc::downgrade(lease),
         });
@@ -184,8 +196,8 @@ impl Watchdog {
         loop {
             let entry = {
                 let mut queue = self.queue();
-                match queue.peek() {
-                    Some(e) if e.at <= now && batch.len() < MAX_BATCH => queue.pop(),
+                match queue.heap.peek() {
+                    Some(e) if e.at <= now && batch.len() < MAX_BATCH => queue.heap.pop(),
                     _ => None,
                 }
             };
@@ -216,7 +228,7 @@ impl Watchdog {
     }
 
     fn next_event(&self) -> Option<Instant> {
-        self.queue().peek().map(|e| e.at)
+        self.queue().heap.peek().map(|e| e.at)
     }
 
     /// Applies the replies of one renewal round.
@@ -264,11 +276,6 @@ impl Watchdog {
             self.schedule(lease, &mut times);
         }
     }
-}
-
-/// Leases still alive in the queue (an entry per live lease, plus stale ones).
-fn live_estimate(queue: &BinaryHeap<Entry>) -> usize {
-    queue.iter().filter(|e| e.lease.strong_count() > 0).count()
 }
 
 impl Runner {
@@ -339,10 +346,7 @@ async fn run_request(request: Request) {
             owner,
             attempt,
         } => {
-            let outcome = client
-                .backend
-                .release(&keys, &owner, attempt.as_deref())
-                .await;
+            let outcome = client.backend.release(&keys, &owner, attempt).await;
             match outcome {
                 Ok(released) => {
                     tracing::debug!(lock = %keys.name, ?released, undo = attempt.is_some(), "background release")
@@ -353,6 +357,9 @@ async fn run_request(request: Request) {
             }
         }
         Request::Unsubscribe { client, channel } => {
+            // Linger: a lock that is contended now is likely contended again in a moment, and
+            // re-subscribing would cost two commands per episode.
+            tokio::time::sleep(SUBSCRIPTION_LINGER).await;
             client
                 .waiters
                 .unsubscribe_if_idle(&client.backend, &channel)

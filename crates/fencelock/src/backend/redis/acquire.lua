@@ -20,7 +20,7 @@ end
 -- persistence, or stale on a promoted replica, cannot make tokens go backwards.
 local now = redis.call('TIME')
 local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local token = redis.call('INCR', KEYS[2])
+local token = (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1
 if token < clock then
   token = clock
 end

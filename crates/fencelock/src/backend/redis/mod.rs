@@ -4,7 +4,7 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{PushInfo, PushKind, RedisError, Script, Value};
+use redis::{ErrorKind, PushInfo, PushKind, RedisError, Script, ServerErrorKind, Value};
 
 use super::{AcquireReply, ReleaseSink, Released, Renewal};
 use crate::error::{Error, InputError};
@@ -15,8 +15,7 @@ mod url;
 
 pub use url::redact_url;
 
-/// The scripts, loaded once per process; `Script` falls back from EVALSHA to loading the script
-/// when the server answers NOSCRIPT (after `SCRIPT FLUSH`, a restart or a failover).
+/// The scripts, hashed once per process and sent with EVALSHA.
 struct Scripts {
     acquire: Script,
     release: Script,
@@ -182,15 +181,30 @@ impl RedisBackend {
             })
     }
 
+    /// Runs a script by its SHA; on NOSCRIPT (script cache flushed, server restarted or failed
+    /// over) loads it and runs it once more.
     async fn run<T: redis::FromRedisValue>(
         &self,
         keys: &LockKeys,
-        invocation: &redis::ScriptInvocation<'_>,
+        script: &Script,
+        call: &redis::Cmd,
     ) -> Result<T, Error> {
         let mut conn = self.conn.clone();
-        self.bounded(Some(keys), invocation.invoke_async(&mut conn))
-            .await?
-            .map_err(|e| self.error(Some(keys), e))
+        let first: Result<T, RedisError> = self
+            .bounded(Some(keys), call.query_async(&mut conn))
+            .await?;
+        let result = match first {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                tracing::debug!(server = %self.server, "NOSCRIPT: loading the script");
+                self.bounded(Some(keys), script.load_async(&mut conn))
+                    .await?
+                    .map_err(|e| self.error(Some(keys), e))?;
+                self.bounded(Some(keys), call.query_async(&mut conn))
+                    .await?
+            }
+            other => other,
+        };
+        result.map_err(|e| self.error(Some(keys), e))
     }
 
     /// One acquire attempt.
@@ -199,11 +213,16 @@ impl RedisBackend {
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        attempt: &str,
+        attempt: u64,
     ) -> Result<AcquireReply, Error> {
-        let mut call = scripts().acquire.key(&keys.lock);
-        call.key(&keys.fence).arg(owner).arg(lease_ms).arg(attempt);
-        let reply: Vec<Value> = self.run(keys, &call).await?;
+        let script = &scripts().acquire;
+        let mut call = evalsha(script, 2);
+        call.arg(&keys.lock)
+            .arg(&keys.fence)
+            .arg(owner)
+            .arg(lease_ms)
+            .arg(attempt);
+        let reply: Vec<Value> = self.run(keys, script, &call).await?;
         self.parse_acquire(keys, &reply)
     }
 
@@ -236,13 +255,16 @@ impl RedisBackend {
         &self,
         keys: &LockKeys,
         owner: &str,
-        attempt: Option<&str>,
+        attempt: Option<u64>,
     ) -> Result<Released, Error> {
-        let mut call = scripts().release.key(&keys.lock);
-        call.arg(owner)
-            .arg(&keys.channel)
-            .arg(attempt.unwrap_or(""));
-        let left: i64 = self.run(keys, &call).await?;
+        let script = &scripts().release;
+        let mut call = evalsha(script, 1);
+        call.arg(&keys.lock).arg(owner).arg(&keys.channel);
+        match attempt {
+            Some(id) => call.arg(id),
+            None => call.arg(""),
+        };
+        let left: i64 = self.run(keys, script, &call).await?;
         Ok(match left {
             0 => Released::Released,
             n if n > 0 => Released::StillHeld { count: n as u64 },
@@ -257,9 +279,10 @@ impl RedisBackend {
         owner: &str,
         lease_ms: u64,
     ) -> Result<Renewal, Error> {
-        let mut call = scripts().extend.key(&keys.lock);
-        call.arg(owner).arg(lease_ms);
-        let ttl: i64 = self.run(keys, &call).await?;
+        let script = &scripts().extend;
+        let mut call = evalsha(script, 1);
+        call.arg(&keys.lock).arg(owner).arg(lease_ms);
+        let ttl: i64 = self.run(keys, script, &call).await?;
         Ok(if ttl >= 0 {
             Renewal::Renewed
         } else {
@@ -277,9 +300,7 @@ impl RedisBackend {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for (keys, owner, lease_ms) in items {
-            pipe.cmd("EVALSHA")
-                .arg(script.get_hash())
-                .arg(1)
+            pipe.add_command(evalsha(script, 1))
                 .arg(&keys.lock)
                 .arg(*owner)
                 .arg(*lease_ms);
@@ -321,9 +342,10 @@ impl RedisBackend {
 
     /// A consistent snapshot of a lock.
     pub(crate) async fn status(&self, keys: &LockKeys) -> Result<RawStatus, Error> {
-        let mut call = scripts().status.key(&keys.lock);
-        call.key(&keys.fence);
-        let reply: Vec<Value> = self.run(keys, &call).await?;
+        let script = &scripts().status;
+        let mut call = evalsha(script, 2);
+        call.arg(&keys.lock).arg(&keys.fence);
+        let reply: Vec<Value> = self.run(keys, script, &call).await?;
         let bad = || self.protocol(keys, "status reply");
         let (Some(Value::Int(pttl)), Some(last)) = (reply.first(), reply.get(1)) else {
             return Err(bad());
@@ -355,9 +377,10 @@ impl RedisBackend {
 
     /// Deletes a lock whatever its owner and wakes its waiters. Returns the owners it had.
     pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<Vec<(String, u64)>, Error> {
-        let mut call = scripts().force_unlock.key(&keys.lock);
-        call.arg(&keys.channel);
-        let fields: Vec<(String, String)> = self.run(keys, &call).await?;
+        let script = &scripts().force_unlock;
+        let mut call = evalsha(script, 1);
+        call.arg(&keys.lock).arg(&keys.channel);
+        let fields: Vec<(String, String)> = self.run(keys, script, &call).await?;
         Ok(fields
             .into_iter()
             .filter(|(field, _)| !field.starts_with('='))
@@ -419,6 +442,13 @@ impl RedisBackend {
             source: e,
         }
     }
+}
+
+/// `EVALSHA sha numkeys`, to be followed by the keys and arguments.
+fn evalsha(script: &Script, keys: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
 }
 
 fn invalid_url(url: &str, e: RedisError) -> Error {

@@ -7,12 +7,12 @@
 if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], '=attempt') ~= ARGV[3] then
   return -1
 end
-if not redis.call('HGET', KEYS[1], ARGV[1]) then
+local held = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
+if not held then
   return -1
 end
-local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if count > 0 then
-  return count
+if held > 1 then
+  return redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], ARGV[1])

@@ -1,0 +1,481 @@
+//! fencelock's benchmark: one local redis-server started by the test kit, `redis-benchmark`
+//! measured against it in the same run as the reference, results as JSON and as
+//! docs/PERFORMANCE.md.
+//!
+//! `cargo run --release -p fencelock --example bench -- [--json PATH] [--markdown PATH] [--quick]`
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fencelock::{Client, ClientOptions, LockOptions};
+use fencelock_testkit::RedisServer;
+use serde_json::{json, Value};
+
+struct Args {
+    json: String,
+    markdown: Option<String>,
+    secs: f64,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        json: "target/bench.json".into(),
+        markdown: None,
+        secs: 3.0,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--json" => a.json = it.next().expect("--json PATH"),
+            "--markdown" => a.markdown = Some(it.next().expect("--markdown PATH")),
+            "--quick" => a.secs = 1.0,
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+/// Requests per second from `redis-benchmark` (CSV output), against the same server.
+fn redis_benchmark(server: &RedisServer, clients: u32, requests: u32, command: &[&str]) -> f64 {
+    let out = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
+        .args([
+            "-c",
+            &clients.to_string(),
+            "-n",
+            &requests.to_string(),
+            "-r",
+            "1000000",
+        ])
+        .arg("--csv")
+        .args(command)
+        .output()
+        .expect("redis-benchmark (apt-get install redis-tools)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "test","rps",... then one line per test.
+    let line = text
+        .lines()
+        .nth(1)
+        .unwrap_or_else(|| panic!("redis-benchmark said {text}"));
+    let rps = line.split(',').nth(1).unwrap().trim_matches('"');
+    rps.parse().unwrap()
+}
+
+fn total_commands(server: &RedisServer) -> u64 {
+    let info = server
+        .command(&["INFO", "commandstats"])
+        .unwrap()
+        .text()
+        .unwrap();
+    // Commands a script runs (HGET, PEXPIRE, ...) are counted too; only count what clients send.
+    const SENT: [&str; 6] = [
+        "evalsha",
+        "eval",
+        "script|load",
+        "subscribe",
+        "unsubscribe",
+        "ping",
+    ];
+    info.lines()
+        .filter(|l| {
+            l.strip_prefix("cmdstat_")
+                .and_then(|l| l.split(':').next())
+                .is_some_and(|c| SENT.contains(&c))
+        })
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// User + system CPU seconds of this process.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+async fn uncontended(url: &str, secs: f64) -> f64 {
+    let client = Client::connect(url).await.unwrap();
+    let lock = client.lock("bench:solo");
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let mut pairs = 0u64;
+    let start = Instant::now();
+    while Instant::now() < end {
+        let g = lock.acquire().await.unwrap();
+        g.release().await.unwrap();
+        pairs += 1;
+    }
+    pairs as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn distinct_keys(url: &str, tasks: usize, secs: f64) -> f64 {
+    let client = Client::connect(url).await.unwrap();
+    let pairs = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|i| {
+            let lock = client.lock(&format!("bench:key:{i}"));
+            let pairs = pairs.clone();
+            tokio::spawn(async move {
+                while Instant::now() < end {
+                    lock.acquire().await.unwrap().release().await.unwrap();
+                    pairs.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.unwrap();
+    }
+    pairs.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Workers contending for one key, each holding it about 1 ms.
+async fn contended(server: &RedisServer, workers: usize, clients: usize, secs: f64) -> Value {
+    let mut cs = Vec::new();
+    for _ in 0..clients {
+        cs.push(Client::connect(&server.url()).await.unwrap());
+    }
+    // Warm the scripts so that NOSCRIPT rounds do not count.
+    cs[0]
+        .lock("bench:one")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let last_release: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let gaps = Arc::new(Mutex::new(Vec::new()));
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicU64::new(0));
+    let commands_before = total_commands(server);
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let handles: Vec<_> = (0..workers)
+        .map(|i| {
+            let lock = cs[i % clients].lock("bench:one");
+            let (last_release, gaps, waits) = (last_release.clone(), gaps.clone(), waits.clone());
+            let (overlaps, inside) = (overlaps.clone(), inside.clone());
+            tokio::spawn(async move {
+                let mut mine = 0u64;
+                while Instant::now() < end {
+                    let asked = Instant::now();
+                    let g = lock.acquire().await.unwrap();
+                    let got = Instant::now();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    waits.lock().unwrap().push(got - asked);
+                    if let Some(r) = *last_release.lock().unwrap() {
+                        gaps.lock().unwrap().push(got.saturating_duration_since(r));
+                    }
+                    let hold = Instant::now() + Duration::from_millis(1);
+                    while Instant::now() < hold {
+                        tokio::task::yield_now().await;
+                    }
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    // The handover starts when the release is sent.
+                    *last_release.lock().unwrap() = Some(Instant::now());
+                    g.release().await.unwrap();
+                    mine += 1;
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut per_worker = Vec::new();
+    for h in handles {
+        per_worker.push(h.await.unwrap());
+    }
+    let acquisitions: u64 = per_worker.iter().sum();
+    let commands = total_commands(server) - commands_before;
+    if std::env::var_os("BENCH_DEBUG").is_some() {
+        eprintln!(
+            "{}",
+            server
+                .command(&["INFO", "commandstats"])
+                .unwrap()
+                .text()
+                .unwrap()
+        );
+    }
+    let mut gaps = gaps.lock().unwrap().clone();
+    gaps.sort();
+    let mut waits = waits.lock().unwrap().clone();
+    waits.sort();
+    json!({
+        "workers": workers,
+        "clients": clients,
+        "acquisitions": acquisitions,
+        "acquisitions_per_sec": acquisitions as f64 / secs,
+        "per_worker": per_worker,
+        "per_worker_min": per_worker.iter().min(),
+        "per_worker_max": per_worker.iter().max(),
+        "handoff_gap_p50_us": percentile(&gaps, 0.5),
+        "handoff_gap_p99_us": percentile(&gaps, 0.99),
+        "wait_p50_us": percentile(&waits, 0.5),
+        "wait_p99_us": percentile(&waits, 0.99),
+        "redis_commands_per_acquisition": commands as f64 / acquisitions as f64,
+        "overlaps": overlaps.load(Ordering::SeqCst),
+    })
+}
+
+/// 10,000 locks held by one client under the watchdog: memory, and what renewing costs.
+async fn many_locks(server: &RedisServer, n: usize, lease: Duration, watch: Duration) -> Value {
+    let rss_before = rss_kib();
+    let client = Client::connect_with(&server.url(), ClientOptions::default().default_lease(lease))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut guards = Vec::with_capacity(n);
+    for chunk in 0..n / 100 {
+        let mut batch = Vec::new();
+        for i in 0..100 {
+            let lock = client.lock(&format!("bench:many:{}", chunk * 100 + i));
+            batch.push(async move { lock.acquire().await.unwrap() });
+        }
+        guards.extend(futures_util::future::join_all(batch).await);
+    }
+    let acquire_secs = started.elapsed().as_secs_f64();
+    let rss_held = rss_kib();
+    let evalsha_before = server.command_calls("evalsha");
+    let cpu_before = cpu_secs();
+    tokio::time::sleep(watch).await;
+    let cpu = cpu_secs() - cpu_before;
+    let renewals = server.command_calls("evalsha") - evalsha_before;
+    let lost = guards.iter().filter(|g| !g.is_held()).count();
+    let held = server.command(&["DBSIZE"]).unwrap().int().unwrap_or(0);
+    for g in guards.drain(..) {
+        drop(g);
+    }
+    json!({
+        "locks": n,
+        "lease_ms": lease.as_millis() as u64,
+        "acquire_all_secs": acquire_secs,
+        "rss_increase_kib": rss_held.saturating_sub(rss_before),
+        "rss_per_lock_bytes": (rss_held.saturating_sub(rss_before) * 1024) as f64 / n as f64,
+        "renewals_per_sec": renewals as f64 / watch.as_secs_f64(),
+        "expected_renewals_per_sec": n as f64 / (lease.as_secs_f64() / 3.0),
+        "client_cpu_percent_while_renewing": 100.0 * cpu / watch.as_secs_f64(),
+        "lost": lost,
+        "keys_on_server": held,
+    })
+}
+
+fn main() {
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // One task has nothing to gain from worker threads, and every wake-up that crosses
+    // threads costs microseconds: the single-task figures use the runtime such a program would.
+    let single = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    run(&multi, &single);
+}
+
+/// The scenarios that need a runtime, run on the one that suits them.
+fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
+    let args = args();
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    // Load the acquire script so that redis-benchmark can EVALSHA it.
+    let sha = server
+        .command(&[
+            "SCRIPT",
+            "LOAD",
+            include_str!("../src/backend/redis/acquire.lua"),
+        ])
+        .unwrap()
+        .text()
+        .unwrap();
+    let acquire = [
+        "EVALSHA",
+        &sha,
+        "2",
+        "fencelock:{rb:__rand_int__}",
+        "fencelock:{rb:__rand_int__}:fence",
+        "owner",
+        "60000",
+        "attempt",
+    ];
+    let n1 = (20_000.0 * args.secs) as u32;
+    let n64 = (100_000.0 * args.secs) as u32;
+
+    let ping_c1 = redis_benchmark(&server, 1, n1, &["PING"]);
+    let acquire_c1 = redis_benchmark(&server, 1, n1, &acquire);
+    let acquire_c64 = redis_benchmark(&server, 64, n64, &acquire);
+    server.command(&["FLUSHALL"]).unwrap();
+
+    let solo = single.block_on(uncontended(&url, args.secs));
+    let solo_multi = multi.block_on(uncontended(&url, args.secs));
+    let ceiling = acquire_c1 / 2.0;
+    let tasks64 = multi.block_on(distinct_keys(&url, 64, args.secs));
+    let one_client = multi.block_on(contended(&server, 8, 1, args.secs));
+    let eight_clients = multi.block_on(contended(&server, 8, 8, args.secs));
+    server.command(&["FLUSHALL"]).unwrap();
+    let many = multi.block_on(many_locks(
+        &server,
+        10_000,
+        Duration::from_secs(3),
+        Duration::from_secs(4),
+    ));
+
+    // A fixed lease skips the watchdog's bookkeeping: how much does that save?
+    let fixed = single.block_on(async {
+        let client = Client::connect(&url).await.unwrap();
+        let lock = client
+            .lock("bench:fixed")
+            .with_options(LockOptions::default().lease(Duration::from_secs(30)));
+        let end = Instant::now() + Duration::from_secs_f64(args.secs);
+        let (mut pairs, start) = (0u64, Instant::now());
+        while Instant::now() < end {
+            lock.acquire().await.unwrap().release().await.unwrap();
+            pairs += 1;
+        }
+        pairs as f64 / start.elapsed().as_secs_f64()
+    });
+
+    let result = json!({
+        "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) },
+        "reference": {
+            "redis_benchmark_ping_c1_rps": ping_c1,
+            "redis_benchmark_acquire_script_c1_rps": acquire_c1,
+            "redis_benchmark_acquire_script_c64_rps": acquire_c64,
+        },
+        "uncontended": {
+            "pairs_per_sec": solo,
+            "ceiling_pairs_per_sec": ceiling,
+            "ratio_to_ceiling": solo / ceiling,
+            "multi_thread_runtime_pairs_per_sec": solo_multi,
+            "multi_thread_ratio_to_ceiling": solo_multi / ceiling,
+            "target_ratio": 0.9,
+            "fixed_lease_pairs_per_sec": fixed,
+        },
+        "distinct_keys_64_tasks": {
+            "pairs_per_sec": tasks64,
+            "ratio_to_redis_benchmark_c64": tasks64 / acquire_c64,
+            "target_ratio": 1.1,
+        },
+        "contended_8_workers_1_client": one_client,
+        "contended_8_workers_8_clients": eight_clients,
+        "watchdog_10k_locks": many,
+    });
+    let text = serde_json::to_string_pretty(&result).unwrap();
+    if let Some(dir) = std::path::Path::new(&args.json).parent() {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(&args.json, &text).unwrap();
+    println!("{text}");
+    if let Some(md) = args.markdown {
+        std::fs::write(&md, markdown(&result)).unwrap();
+        eprintln!("wrote {md}");
+    }
+}
+
+fn markdown(r: &Value) -> String {
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let reference = &r["reference"];
+    let solo = &r["uncontended"];
+    let t64 = &r["distinct_keys_64_tasks"];
+    let many = &r["watchdog_10k_locks"];
+    let contended_row =
+        |c: &Value| {
+            format!(
+            "| {} workers / {} client(s) | {:.0} | {:.0} / {:.0} | {:.0} | {} – {} | {:.2} | {} |",
+            c["workers"], c["clients"], f(&c["acquisitions_per_sec"]),
+            f(&c["handoff_gap_p50_us"]), f(&c["handoff_gap_p99_us"]), f(&c["wait_p99_us"]),
+            c["per_worker_min"], c["per_worker_max"],
+            f(&c["redis_commands_per_acquisition"]), c["overlaps"],
+        )
+        };
+    format!(
+        "# Performance\n\n\
+Generated by `cargo run --release -p fencelock --example bench -- --markdown docs/PERFORMANCE.md`\n\
+(raw numbers: `target/bench.json`). One local `redis-server` started by the test kit on a\n\
+{cores}-core machine, with `redis-benchmark` measured against the same server in the same run.\n\
+These machines are noisy: read the ratios, not the absolute numbers.\n\n\
+## Reference (redis-benchmark, same run)\n\n\
+| command | clients | requests/s |\n|---|---|---|\n\
+| PING | 1 | {ping:.0} |\n| EVALSHA acquire script | 1 | {a1:.0} |\n| EVALSHA acquire script | 64 | {a64:.0} |\n\n\
+## Uncontended acquire + release (one task, one client, current-thread runtime)\n\n\
+| measure | value |\n|---|---|\n\
+| pairs/s (watchdog lease, the default) | {solo:.0} |\n\
+| pairs/s (fixed lease, no watchdog) | {fixed:.0} |\n\
+| pairs/s on a multi-thread runtime (ratio) | {smulti:.0} ({smratio:.2}) |\n\
+| ceiling: two raw round trips (acquire script, `-c 1`) | {ceil:.0} |\n\
+| **ratio to ceiling** (target ≥ 0.9) | **{sratio:.2}** |\n\n\
+## 64 tasks on distinct keys, one client (multi-thread runtime)\n\n\
+| measure | value |\n|---|---|\n\
+| pairs/s | {t64:.0} |\n\
+| redis-benchmark `-c 64` acquire script, commands/s | {a64:.0} |\n\
+| **ratio** (target ≥ 1.1) | **{tratio:.2}** |\n\n\
+## Contention: 8 workers on one key, each holding it ~1 ms\n\n\
+Handoff gap: from the holder sending its release to the next holder's acquire returning.\n\
+Commands per acquisition counts every command the server ran (acquire attempts, releases,\n\
+SUBSCRIBE/UNSUBSCRIBE), divided by acquisitions. Overlaps: two workers inside at once (must be 0).\n\n\
+| setup | acquisitions/s | handoff gap p50 / p99 (µs) | wait p99 (µs) | acquisitions per worker (min – max) | commands / acquisition | overlaps |\n\
+|---|---|---|---|---|---|---|\n{c1}\n{c8}\n\n\
+## 10,000 locks held by one client under the watchdog\n\n\
+| measure | value |\n|---|---|\n\
+| lease (renewed every lease/3) | {lease} ms |\n\
+| time to acquire all (100 at a time) | {acq:.2} s |\n\
+| client RSS increase | {rss} KiB ({per:.0} bytes per lock) |\n\
+| renewals/s measured (expected n / (lease/3)) | {ren:.0} ({exp:.0}) |\n\
+| client CPU while renewing | {cpu:.1} % of one core |\n\
+| leases lost | {lost} |\n",
+        cores = r["machine"]["cores"],
+        ping = f(&reference["redis_benchmark_ping_c1_rps"]),
+        a1 = f(&reference["redis_benchmark_acquire_script_c1_rps"]),
+        a64 = f(&reference["redis_benchmark_acquire_script_c64_rps"]),
+        solo = f(&solo["pairs_per_sec"]),
+        fixed = f(&solo["fixed_lease_pairs_per_sec"]),
+        ceil = f(&solo["ceiling_pairs_per_sec"]),
+        sratio = f(&solo["ratio_to_ceiling"]),
+        smulti = f(&solo["multi_thread_runtime_pairs_per_sec"]),
+        smratio = f(&solo["multi_thread_ratio_to_ceiling"]),
+        t64 = f(&t64["pairs_per_sec"]),
+        tratio = f(&t64["ratio_to_redis_benchmark_c64"]),
+        c1 = contended_row(&r["contended_8_workers_1_client"]),
+        c8 = contended_row(&r["contended_8_workers_8_clients"]),
+        lease = many["lease_ms"],
+        acq = f(&many["acquire_all_secs"]),
+        rss = many["rss_increase_kib"],
+        per = f(&many["rss_per_lock_bytes"]),
+        ren = f(&many["renewals_per_sec"]),
+        exp = f(&many["expected_renewals_per_sec"]),
+        cpu = f(&many["client_cpu_percent_while_renewing"]),
+        lost = many["lost"],
+    )
+}
