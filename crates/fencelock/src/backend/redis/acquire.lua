@@ -4,7 +4,10 @@
 -- ARGV[1]: owner id, ARGV[2]: lease in ms, ARGV[3]: attempt id
 -- Returns {1, hold count, token} when acquired, {0, remaining lease in ms} when held by another.
 local lease = tonumber(ARGV[2])
-if redis.call('HGET', KEYS[1], ARGV[1]) then
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if not redis.call('HGET', KEYS[1], ARGV[1]) then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
   local count = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
   redis.call('HSET', KEYS[1], '=attempt', ARGV[3])
   -- Never shorten the lease: another guard of this owner may rely on the longer one.
@@ -12,9 +15,6 @@ if redis.call('HGET', KEYS[1], ARGV[1]) then
     redis.call('PEXPIRE', KEYS[1], lease)
   end
   return {1, count, redis.call('HGET', KEYS[1], '=token')}
-end
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, redis.call('PTTL', KEYS[1])}
 end
 -- The token is max(last + 1, server time in us): a counter lost in a restart without
 -- persistence, or stale on a promoted replica, cannot make tokens go backwards.

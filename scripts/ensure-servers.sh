@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the server programs the tests, the demo and the benchmarks start (Debian/Ubuntu).
+# Sourced by the other scripts; does nothing when they are already installed.
+ensure_servers() {
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v redis-benchmark >/dev/null || missing+=(redis-tools)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then sudo="sudo"; else
+      echo "fencelock: please install ${missing[*]} (apt-get install ${missing[*]})" >&2
+      return 1
+    fi
+  fi
+  echo "fencelock: installing ${missing[*]} with apt-get" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  # The package starts a system Redis on 6379; the project never uses it (it starts its own
+  # servers on free ports), so leave it as the package manager set it up.
+}
