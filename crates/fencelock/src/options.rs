@@ -36,6 +36,16 @@ impl LockOptions {
     }
 }
 
+/// A password that `Debug` never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Secret(pub(crate) String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
 /// Client-wide options.
 ///
 /// ```
@@ -51,6 +61,7 @@ pub struct ClientOptions {
     pub(crate) response_timeout: Duration,
     pub(crate) drift_factor: f64,
     pub(crate) drift_min: Duration,
+    pub(crate) password: Option<Secret>,
 }
 
 impl Default for ClientOptions {
@@ -61,6 +72,7 @@ impl Default for ClientOptions {
             response_timeout: Duration::from_secs(2),
             drift_factor: 0.01,
             drift_min: Duration::from_millis(2),
+            password: None,
         }
     }
 }
@@ -91,6 +103,13 @@ impl ClientOptions {
     pub fn clock_drift(mut self, factor: f64, min: Duration) -> Self {
         self.drift_factor = factor;
         self.drift_min = min;
+        self
+    }
+
+    /// The server password, overriding one in the URL (e.g. from an environment variable, so
+    /// that it does not appear in process listings). Never printed, not even by `Debug`.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(Secret(password.into()));
         self
     }
 
@@ -172,6 +191,12 @@ mod tests {
         ));
         assert!(validate_lease(Duration::from_millis(10)).is_ok());
         assert!(validate_lease(MAX_LEASE).is_ok());
+    }
+
+    #[test]
+    fn passwords_are_not_printed() {
+        let o = ClientOptions::default().password("hunter2");
+        assert!(!format!("{o:?}").contains("hunter2"));
     }
 
     #[test]

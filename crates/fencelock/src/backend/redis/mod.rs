@@ -61,7 +61,12 @@ impl RedisBackend {
         options: &ClientOptions,
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<(Self, Vec<String>), Error> {
-        let info = url::parse(url)?;
+        let mut info = url::parse(url)?;
+        if let Some(password) = &options.password {
+            info = info
+                .clone()
+                .set_redis_settings(info.redis_settings().clone().set_password(&password.0));
+        }
         let server = url::server_name(&info);
         let sub_info = info.clone().set_redis_settings(
             info.redis_settings()

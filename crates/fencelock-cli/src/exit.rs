@@ -1,0 +1,40 @@
+//! Exit codes of the `fencelock` command, and how errors map to them.
+
+use fencelock::{Error, InputError};
+
+/// A command-line usage error: a bad flag or flag value (sysexits EX_USAGE).
+pub const USAGE: u8 = 64;
+/// The server could not be reached, refused the password, or the URL is unusable
+/// (sysexits EX_UNAVAILABLE).
+pub const CONNECTION: u8 = 69;
+/// Default for "the lock is held by someone else" and for `--wait` timeouts (sysexits
+/// EX_TEMPFAIL, as `flock -n` users expect). Changed with `--conflict-exit-code`.
+pub const CONFLICT: u8 = 75;
+/// The lock was lost while PROGRAM ran; PROGRAM was stopped. Outside the sysexits range.
+pub const LOCK_LOST: u8 = 79;
+/// PROGRAM could not be executed (permission), as in shells.
+pub const CANNOT_EXECUTE: u8 = 126;
+/// PROGRAM was not found, as in shells.
+pub const NOT_FOUND: u8 = 127;
+
+/// The table printed by `fencelock run --help` and kept in README.md.
+pub const TABLE: &str = "\
+EXIT STATUS:
+  PROGRAM's own status    PROGRAM ran and exited
+  128+N                   PROGRAM (or, while waiting, fencelock) was killed by signal N
+  64                      usage error (bad flag or flag value)
+  69                      connection or configuration error (server down, bad URL or password)
+  75                      lock held by someone else (--no-wait) or --wait timed out
+                          (change with --conflict-exit-code)
+  79                      the lock was lost while PROGRAM ran; PROGRAM was stopped
+  126 / 127               PROGRAM could not be executed / was not found";
+
+/// The exit code for a library error.
+pub fn for_error(e: &Error) -> u8 {
+    match e {
+        Error::InvalidInput(InputError::InvalidUrl { .. }) => CONNECTION,
+        Error::InvalidInput(_) => USAGE,
+        Error::LockLost { .. } => LOCK_LOST,
+        _ => CONNECTION,
+    }
+}

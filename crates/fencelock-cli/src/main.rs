@@ -1,0 +1,119 @@
+//! `fencelock`: run a program while holding a distributed lock, inspect locks, clear stale ones,
+//! and a demo that shows why it is safe.
+
+mod demo;
+mod exit;
+mod run;
+mod status;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "fencelock",
+    version,
+    about = "Distributed locks with fencing tokens, on Redis"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the lock service is.
+#[derive(Args, Clone, Debug)]
+pub struct Connection {
+    /// Redis server URL, e.g. redis://host:6379 or redis://:password@host:6379/0.
+    #[arg(long, env = "FENCELOCK_URL", default_value = "redis://127.0.0.1:6379")]
+    pub url: String,
+    /// Server password (overrides one in the URL; never printed).
+    #[arg(long, env = "FENCELOCK_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// Log what happens (acquire, renewals, release) to stderr.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+impl Connection {
+    pub fn options(&self, lease: Duration) -> fencelock::ClientOptions {
+        let options = fencelock::ClientOptions::default().default_lease(lease);
+        match &self.password {
+            Some(p) => options.password(p),
+            None => options,
+        }
+    }
+
+    pub async fn connect(&self, lease: Duration) -> Result<fencelock::Client, fencelock::Error> {
+        fencelock::Client::connect_with(&self.url, self.options(lease)).await
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run PROGRAM while holding the lock NAME; release it when PROGRAM exits.
+    #[command(after_help = exit::TABLE)]
+    Run(run::RunArgs),
+    /// Show whether a lock is held, by whom, for how long, and its last fencing token.
+    Status(status::StatusArgs),
+    /// Delete a lock whoever holds it (for a lock you know is stale), and wake its waiters.
+    Unlock(status::UnlockArgs),
+    /// Show on throwaway local servers what the lock promises: exclusion, fencing, takeover.
+    Demo(demo::DemoArgs),
+    /// One worker of the demo (used by `fencelock demo`).
+    #[command(hide = true)]
+    DemoWorker(demo::WorkerArgs),
+}
+
+/// Parses a duration like `500ms`, `2s`, `1m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fencelock: cannot start the runtime: {e}");
+            return ExitCode::from(exit::CONNECTION);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Status(args) => status::status(args).await,
+            Command::Unlock(args) => status::unlock(args).await,
+            Command::Demo(args) => demo::demo(args).await,
+            Command::DemoWorker(args) => demo::worker(args).await,
+        }
+    });
+    // Do not wait for blocking tasks (a stdin read) to finish.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    ExitCode::from(code)
+}
+
+/// Turns on `tracing` output to stderr for `--verbose`.
+pub fn init_logging(verbose: bool) {
+    if verbose {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("FENCELOCK_LOG")
+                    .unwrap_or_else(|_| "fencelock=debug,fencelock_cli=debug".into()),
+            )
+            .try_init();
+    }
+}

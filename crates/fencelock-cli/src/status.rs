@@ -1,0 +1,173 @@
+//! `fencelock status` and `fencelock unlock --force`.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+
+use crate::exit;
+use crate::{init_logging, Connection};
+
+/// Arguments of `fencelock status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    conn: Connection,
+    /// The lock name.
+    name: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `fencelock unlock`.
+#[derive(Args, Debug)]
+pub struct UnlockArgs {
+    #[command(flatten)]
+    conn: Connection,
+    /// The lock name.
+    name: String,
+    /// Required: delete the lock whoever holds it. Its holder, if alive, learns of it at its
+    /// next renewal; waiters are woken at once.
+    #[arg(long, required = true)]
+    force: bool,
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    yes: bool,
+}
+
+async fn connect(conn: &Connection) -> Result<fencelock::Client, u8> {
+    init_logging(conn.verbose);
+    conn.connect(Duration::from_secs(30)).await.map_err(|e| {
+        eprintln!("fencelock: {e}");
+        exit::for_error(&e)
+    })
+}
+
+/// Runs `fencelock status`.
+pub async fn status(args: StatusArgs) -> u8 {
+    let client = match connect(&args.conn).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let status = match client.status(&args.name).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fencelock: {e}");
+            return exit::for_error(&e);
+        }
+    };
+    let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+    if args.json {
+        let owners: Vec<_> = status
+            .owners
+            .iter()
+            .map(|(owner, count)| json!({ "owner": owner, "hold_count": count }))
+            .collect();
+        let out = json!({
+            "name": status.name,
+            "held": status.held,
+            "owners": owners,
+            "remaining_lease_ms": ms(status.remaining_lease),
+            "fencing_token": status.fencing_token,
+            "last_token": status.last_token,
+        });
+        println!("{out}");
+    } else if status.held {
+        println!("lock {:?} is held", status.name);
+        for (owner, count) in &status.owners {
+            println!("  owner:           {owner} (hold count {count})");
+        }
+        match status.remaining_lease {
+            Some(d) => println!(
+                "  remaining lease: {}",
+                humantime::format_duration(round_ms(d))
+            ),
+            None => println!("  remaining lease: no expiry"),
+        }
+        if let Some(token) = status.fencing_token {
+            println!("  fencing token:   {token}");
+        }
+    } else {
+        println!("lock {:?} is free", status.name);
+        match status.last_token {
+            Some(token) => println!("  last fencing token: {token}"),
+            None => println!("  never taken"),
+        }
+    }
+    0
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}
+
+/// Runs `fencelock unlock --force`.
+pub async fn unlock(args: UnlockArgs) -> u8 {
+    debug_assert!(args.force, "clap requires --force");
+    if let Err(e) = fencelock::validate_name(&args.name) {
+        eprintln!("fencelock: {e}");
+        return exit::USAGE;
+    }
+    let client = match connect(&args.conn).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if !args.yes {
+        let held = match client.status(&args.name).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("fencelock: {e}");
+                return exit::for_error(&e);
+            }
+        };
+        if !held.held {
+            println!("lock {:?} is not held; nothing to remove", args.name);
+            return 0;
+        }
+        let owners: Vec<String> = held.owners.iter().map(|(o, _)| o.clone()).collect();
+        if !std::io::stdin().is_terminal() {
+            eprintln!(
+                "fencelock: refusing to delete lock {:?} without --yes (stdin is not a terminal)",
+                args.name
+            );
+            return exit::USAGE;
+        }
+        eprint!(
+            "Delete lock {:?} held by {}? [y/N] ",
+            args.name,
+            owners.join(", ")
+        );
+        let _ = std::io::stderr().flush();
+        let answer = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line).map(|_| line)
+        })
+        .await;
+        let yes = matches!(answer, Ok(Ok(line)) if matches!(line.trim(), "y" | "Y" | "yes"));
+        if !yes {
+            eprintln!("fencelock: not deleted");
+            return 1;
+        }
+    }
+    match client.force_unlock(&args.name).await {
+        Ok(removed) if removed.is_empty() => {
+            println!("lock {:?} was not held; nothing removed", args.name);
+            0
+        }
+        Ok(removed) => {
+            for (owner, count) in removed {
+                println!(
+                    "removed lock {:?} held by {owner} (hold count {count}); waiters woken",
+                    args.name
+                );
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("fencelock: {e}");
+            exit::for_error(&e)
+        }
+    }
+}
