@@ -274,7 +274,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
     };
     demo.started.kill_all();
     match outcome {
-        Ok(violations) if violations == 0 => 0,
+        Ok(0) => 0,
         Ok(_) => 1,
         Err(e) => {
             demo.ui.line(&format!("fencelock demo: {e}"));

@@ -145,6 +145,8 @@ impl RedisServer {
         loop {
             match self.command(&["PING"]) {
                 Ok(Reply::Status(s)) if s == "PONG" => return Ok(()),
+                // A server with `requirepass` is up when it asks for the password.
+                Err(RespError::Server(e)) if e.starts_with("NOAUTH") => return Ok(()),
                 _ if Instant::now() > deadline => break,
                 _ => {}
             }

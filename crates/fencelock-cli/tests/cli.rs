@@ -1,0 +1,521 @@
+//! The real `fencelock` binary against real servers.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use fencelock::{Client, LockOptions};
+use fencelock_testkit::RedisServer;
+use nix::sys::signal::Signal;
+use tokio::process::Command;
+
+const CONFLICT: i32 = 75;
+const LOCK_LOST: i32 = 79;
+const USAGE: i32 = 64;
+const CONNECTION: i32 = 69;
+
+fn fencelock(server: &RedisServer) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fencelock"));
+    c.env_remove("FENCELOCK_PASSWORD")
+        .env("FENCELOCK_URL", server.url())
+        .kill_on_drop(true);
+    c
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn within<T>(secs: u64, what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+async fn wait_for_file(path: &Path) -> String {
+    within(10, "file written", async {
+        loop {
+            if let Ok(s) = std::fs::read_to_string(path) {
+                if !s.is_empty() {
+                    return s;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+/// Holds `name` with a 30 s lease (no renewal), as "someone else" would.
+async fn hold(server: &RedisServer, name: &str) -> (Client, fencelock::Guard) {
+    let client = Client::connect(&server.url()).await.unwrap();
+    let opts = LockOptions::default().lease(Duration::from_secs(30));
+    let guard = client
+        .lock(name)
+        .with_options(opts)
+        .acquire()
+        .await
+        .unwrap();
+    (client, guard)
+}
+
+/// Waits until a waiting `fencelock run` has subscribed to release notifications.
+async fn waiter_subscribed(server: &RedisServer) {
+    within(10, "waiter subscribed", async {
+        while server.command_calls("subscribe") == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// Sends `signal` to a running `fencelock` and waits (bounded) for it to exit.
+async fn signal_and_wait(child: tokio::process::Child, signal: Signal) -> Output {
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, signal).unwrap();
+    within(10, "fencelock exits", child.wait_with_output())
+        .await
+        .unwrap()
+}
+
+/// Checks an enter/exit log: no "enter" while another process is inside.
+fn overlaps(log: &str) -> usize {
+    let mut inside: Option<&str> = None;
+    let mut overlaps = 0;
+    for line in log.lines() {
+        match line.split_once(' ') {
+            Some(("enter", id)) => {
+                if inside.is_some() {
+                    overlaps += 1;
+                }
+                inside = Some(id);
+            }
+            Some(("exit", _)) => inside = None,
+            _ => panic!("bad line {line:?}"),
+        }
+    }
+    overlaps
+}
+
+#[tokio::test]
+async fn two_runs_never_overlap() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let body = format!(
+        "echo \"enter $$\" >> {0}; sleep 0.02; echo \"exit $$\" >> {0}",
+        log.display()
+    );
+    let run_loop = |locked: bool| {
+        let body = body.clone();
+        let mut cmd = fencelock(&server);
+        async move {
+            for _ in 0..8 {
+                let status = if locked {
+                    cmd.args(["run", "--key", "cron", "--shell", "--"])
+                        .arg(&body);
+                    let s = cmd.status().await.unwrap();
+                    cmd = fencelock_cmd_like(&cmd);
+                    s
+                } else {
+                    Command::new("sh")
+                        .arg("-c")
+                        .arg(&body)
+                        .status()
+                        .await
+                        .unwrap()
+                };
+                assert!(status.success());
+            }
+        }
+    };
+    within(
+        60,
+        "locked runs",
+        futures_util::future::join(run_loop(true), run_loop(true)),
+    )
+    .await;
+    let locked_log = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(locked_log.lines().count(), 32);
+    assert_eq!(overlaps(&locked_log), 0, "{locked_log}");
+
+    // Negative control: the same runs without fencelock do overlap.
+    std::fs::remove_file(&log).unwrap();
+    within(
+        60,
+        "unlocked runs",
+        futures_util::future::join(run_loop(false), run_loop(false)),
+    )
+    .await;
+    assert!(overlaps(&std::fs::read_to_string(&log).unwrap()) > 0);
+}
+
+/// A fresh command with the same program and environment as `cmd` (a `Command` is spent once
+/// its arguments are set).
+fn fencelock_cmd_like(cmd: &Command) -> Command {
+    let mut c = Command::new(cmd.as_std().get_program());
+    for (k, v) in cmd.as_std().get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.kill_on_drop(true);
+    c
+}
+
+#[tokio::test]
+async fn no_wait_and_wait_timeout_exit_with_the_conflict_code() {
+    let server = RedisServer::start().unwrap();
+    let (_client, guard) = hold(&server, "busy").await;
+
+    let out = fencelock(&server)
+        .args(["run", "--key", "busy", "--no-wait", "--", "true"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(CONFLICT), "{:?}", text(&out));
+    assert!(text(&out).1.contains("held by someone else"));
+
+    let out = fencelock(&server)
+        .args([
+            "run",
+            "--key",
+            "busy",
+            "--no-wait",
+            "--conflict-exit-code",
+            "3",
+            "--",
+            "true",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+
+    let started = Instant::now();
+    let out = fencelock(&server)
+        .args(["run", "--key", "busy", "--wait", "1s", "--", "true"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(CONFLICT), "{:?}", text(&out));
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(text(&out).1.contains("after 1s"), "{:?}", text(&out));
+    guard.release().await.unwrap();
+
+    // Free again: PROGRAM's own status comes through.
+    let out = fencelock(&server)
+        .args([
+            "run",
+            "--key",
+            "busy",
+            "--no-wait",
+            "--",
+            "sh",
+            "-c",
+            "exit 42",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(42));
+}
+
+#[tokio::test]
+async fn program_gets_key_and_strictly_increasing_tokens() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    for _ in 0..5 {
+        let body = format!(
+            "test \"$FENCELOCK_KEY\" = tokens && echo \"$FENCELOCK_TOKEN\" >> {}",
+            file.display()
+        );
+        let status = fencelock(&server)
+            .args(["run", "--key", "tokens", "--shell", "--"])
+            .arg(body)
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+    }
+    let tokens: Vec<u64> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 5);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[tokio::test]
+async fn deleting_the_key_stops_the_program_with_the_lock_lost_code() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let body = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    let child = fencelock(&server)
+        .args([
+            "run",
+            "--key",
+            "victim",
+            "--lease",
+            "1s",
+            "--kill-grace",
+            "1s",
+            "--shell",
+            "--",
+        ])
+        .arg(body)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid: i32 = wait_for_file(&pidfile).await.trim().parse().unwrap();
+    server.command(&["DEL", "fencelock:{victim}"]).unwrap();
+    let out = within(10, "fencelock exits", child.wait_with_output())
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(LOCK_LOST), "{:?}", text(&out));
+    assert!(text(&out).1.contains("lost"), "{:?}", text(&out));
+    // PROGRAM is gone.
+    let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+    assert!(!alive, "PROGRAM {pid} still runs");
+}
+
+#[tokio::test]
+async fn sigterm_reaches_the_program_and_the_lock_is_released() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, got) = (dir.path().join("ready"), dir.path().join("got"));
+    let body = format!(
+        "trap 'echo TERM > {}; exit 7' TERM; echo up > {}; while true; do sleep 0.05; done",
+        got.display(),
+        ready.display()
+    );
+    let child = fencelock(&server)
+        .args(["run", "--key", "signalled", "--shell", "--"])
+        .arg(body)
+        .spawn()
+        .unwrap();
+    wait_for_file(&ready).await;
+    let out = signal_and_wait(child, Signal::SIGTERM).await;
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(std::fs::read_to_string(&got).unwrap().trim(), "TERM");
+    let client = Client::connect(&server.url()).await.unwrap();
+    assert!(!client.status("signalled").await.unwrap().held);
+}
+
+#[tokio::test]
+async fn a_signal_while_waiting_cancels_cleanly() {
+    let server = RedisServer::start().unwrap();
+    let (client, guard) = hold(&server, "queue").await;
+    let child = fencelock(&server)
+        .args(["run", "--key", "queue", "--", "true"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    waiter_subscribed(&server).await;
+    let out = signal_and_wait(child, Signal::SIGINT).await;
+    assert_eq!(out.status.code(), Some(130), "{:?}", text(&out));
+    // Only the original holder is left.
+    let status = client.status("queue").await.unwrap();
+    assert_eq!(status.owners, vec![(guard.owner().to_owned(), 1)]);
+    guard.release().await.unwrap();
+    assert!(!client.status("queue").await.unwrap().held);
+}
+
+#[tokio::test]
+async fn status_json_parses() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let guard = client.lock("report").acquire().await.unwrap();
+    let out = fencelock(&server)
+        .args(["status", "report", "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["name"], "report");
+    assert_eq!(v["held"], true);
+    assert_eq!(v["owners"][0]["owner"], guard.owner());
+    assert_eq!(v["owners"][0]["hold_count"], 1);
+    assert_eq!(v["fencing_token"], guard.fencing_token());
+    assert!(v["remaining_lease_ms"].as_u64().unwrap() > 20_000);
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+
+    let out = fencelock(&server)
+        .args(["status", "report", "--json"])
+        .output()
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["held"], false);
+    assert_eq!(v["last_token"], token);
+    let out = fencelock(&server)
+        .args(["status", "report"])
+        .output()
+        .await
+        .unwrap();
+    assert!(text(&out).0.contains("is free"));
+}
+
+#[tokio::test]
+async fn unlock_force_removes_a_stale_lock_and_wakes_a_waiter() {
+    let server = RedisServer::start().unwrap();
+    let (_client, stale) = hold(&server, "stuck").await;
+    let waiter = fencelock(&server)
+        .args(["run", "--key", "stuck", "--", "true"])
+        .spawn()
+        .unwrap();
+    waiter_subscribed(&server).await;
+
+    // Without --force, or without --yes and no terminal to ask on: refused.
+    let out = fencelock(&server)
+        .args(["unlock", "stuck"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(USAGE));
+    let out = fencelock(&server)
+        .args(["unlock", "--force", "stuck"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(USAGE), "{:?}", text(&out));
+    assert!(text(&out).1.contains("--yes"));
+
+    let started = Instant::now();
+    let out = fencelock(&server)
+        .args(["unlock", "--force", "--yes", "stuck"])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(text(&out).0.contains(stale.owner()), "{:?}", text(&out));
+    // The waiter ran long before the 30 s lease would have ended.
+    let status = within(10, "waiter ran", waiter.wait_with_output())
+        .await
+        .unwrap();
+    assert!(status.status.success());
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn bad_flags_and_urls_give_usage_and_configuration_errors() {
+    let server = RedisServer::start().unwrap();
+    let cases: [(&[&str], i32, &str); 7] = [
+        (&["run", "--", "true"], USAGE, "--key"),
+        (&["run", "--key", "k"], USAGE, "PROGRAM"),
+        (
+            &["run", "--key", "k", "--wait", "soon", "--", "true"],
+            USAGE,
+            "examples",
+        ),
+        (
+            &[
+                "run",
+                "--key",
+                "k",
+                "--wait",
+                "1s",
+                "--no-wait",
+                "--",
+                "true",
+            ],
+            USAGE,
+            "cannot be used",
+        ),
+        (
+            &["run", "--key", "k", "--lease", "5ms", "--", "true"],
+            USAGE,
+            "lease",
+        ),
+        (&["run", "--key", "a{b}", "--", "true"], USAGE, "hash tag"),
+        (&["frobnicate"], USAGE, "unrecognized"),
+    ];
+    for (args, code, message) in cases {
+        let out = fencelock(&server).args(args).output().await.unwrap();
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {:?}", text(&out));
+        assert!(text(&out).1.contains(message), "{args:?}: {:?}", text(&out));
+    }
+    // A URL fencelock cannot use, and a server that is not there: configuration/connection.
+    let port = fencelock_testkit::free_port().unwrap();
+    for url in [
+        "http://:hunter2@127.0.0.1:1".to_owned(),
+        format!("redis://:hunter2@127.0.0.1:{port}"),
+    ] {
+        let out = fencelock(&server)
+            .args(["run", "--url", &url, "--key", "k", "--", "true"])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(CONNECTION),
+            "{url}: {:?}",
+            text(&out)
+        );
+        let (_, err) = text(&out);
+        assert!(!err.contains("hunter2"), "password printed: {err}");
+        assert!(err.contains("fencelock:"), "{err}");
+    }
+    // A program that does not exist.
+    let out = fencelock(&server)
+        .args(["run", "--key", "k", "--", "/nonexistent/program"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    // The exit codes are documented in --help.
+    let out = fencelock(&server)
+        .args(["run", "--help"])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+    assert!(text(&out).0.contains("EXIT STATUS"));
+}
+
+#[tokio::test]
+async fn the_password_can_come_from_the_environment() {
+    let server = RedisServer::builder()
+        .config("requirepass", "s3cret")
+        .start()
+        .unwrap();
+    let out = fencelock(&server)
+        .env("FENCELOCK_PASSWORD", "s3cret")
+        .args(["run", "--key", "k", "--", "true"])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    let out = fencelock(&server)
+        .env("FENCELOCK_PASSWORD", "wrong-one")
+        .args(["run", "--key", "k", "--", "true"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(CONNECTION), "{:?}", text(&out));
+    assert!(!text(&out).1.contains("wrong-one"));
+}
+
+#[tokio::test]
+async fn the_demo_reports_no_violations() {
+    let server = RedisServer::start().unwrap(); // only for the environment; the demo starts its own
+    let out = within(90, "demo", fencelock(&server).arg("demo").output())
+        .await
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("violations: 0"), "{stdout}");
+    assert!(stdout.contains("stale writes rejected: 1"), "{stdout}");
+    assert!(!stdout.contains('\x1b'), "no terminal codes when not a TTY");
+}
