@@ -72,6 +72,11 @@ async fn waiter_subscribed(server: &RedisServer) {
     .await;
 }
 
+/// Runs `fencelock ARGS` to completion.
+async fn output(server: &RedisServer, args: &[&str]) -> Output {
+    fencelock(server).args(args).output().await.unwrap()
+}
+
 /// Sends `signal` to a running `fencelock` and waits (bounded) for it to exit.
 async fn signal_and_wait(child: tokio::process::Child, signal: Signal) -> Output {
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
@@ -172,16 +177,17 @@ async fn no_wait_and_wait_timeout_exit_with_the_conflict_code() {
     let server = RedisServer::start().unwrap();
     let (_client, guard) = hold(&server, "busy").await;
 
-    let out = fencelock(&server)
-        .args(["run", "--key", "busy", "--no-wait", "--", "true"])
-        .output()
-        .await
-        .unwrap();
+    let out = output(
+        &server,
+        &["run", "--key", "busy", "--no-wait", "--", "true"],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(CONFLICT), "{:?}", text(&out));
     assert!(text(&out).1.contains("held by someone else"));
 
-    let out = fencelock(&server)
-        .args([
+    let out = output(
+        &server,
+        &[
             "run",
             "--key",
             "busy",
@@ -190,18 +196,17 @@ async fn no_wait_and_wait_timeout_exit_with_the_conflict_code() {
             "3",
             "--",
             "true",
-        ])
-        .output()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(3));
 
     let started = Instant::now();
-    let out = fencelock(&server)
-        .args(["run", "--key", "busy", "--wait", "1s", "--", "true"])
-        .output()
-        .await
-        .unwrap();
+    let out = output(
+        &server,
+        &["run", "--key", "busy", "--wait", "1s", "--", "true"],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(CONFLICT), "{:?}", text(&out));
     assert!(started.elapsed() >= Duration::from_secs(1));
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -209,8 +214,9 @@ async fn no_wait_and_wait_timeout_exit_with_the_conflict_code() {
     guard.release().await.unwrap();
 
     // Free again: PROGRAM's own status comes through.
-    let out = fencelock(&server)
-        .args([
+    let out = output(
+        &server,
+        &[
             "run",
             "--key",
             "busy",
@@ -219,10 +225,9 @@ async fn no_wait_and_wait_timeout_exit_with_the_conflict_code() {
             "sh",
             "-c",
             "exit 42",
-        ])
-        .output()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(42));
 }
 
@@ -334,11 +339,7 @@ async fn status_json_parses() {
     let server = RedisServer::start().unwrap();
     let client = Client::connect(&server.url()).await.unwrap();
     let guard = client.lock("report").acquire().await.unwrap();
-    let out = fencelock(&server)
-        .args(["status", "report", "--json"])
-        .output()
-        .await
-        .unwrap();
+    let out = output(&server, &["status", "report", "--json"]).await;
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["name"], "report");
@@ -350,19 +351,11 @@ async fn status_json_parses() {
     let token = guard.fencing_token();
     guard.release().await.unwrap();
 
-    let out = fencelock(&server)
-        .args(["status", "report", "--json"])
-        .output()
-        .await
-        .unwrap();
+    let out = output(&server, &["status", "report", "--json"]).await;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["held"], false);
     assert_eq!(v["last_token"], token);
-    let out = fencelock(&server)
-        .args(["status", "report"])
-        .output()
-        .await
-        .unwrap();
+    let out = output(&server, &["status", "report"]).await;
     assert!(text(&out).0.contains("is free"));
 }
 
@@ -377,11 +370,7 @@ async fn unlock_force_removes_a_stale_lock_and_wakes_a_waiter() {
     waiter_subscribed(&server).await;
 
     // Without --force, or without --yes and no terminal to ask on: refused.
-    let out = fencelock(&server)
-        .args(["unlock", "stuck"])
-        .output()
-        .await
-        .unwrap();
+    let out = output(&server, &["unlock", "stuck"]).await;
     assert_eq!(out.status.code(), Some(USAGE));
     let out = fencelock(&server)
         .args(["unlock", "--force", "stuck"])
@@ -393,11 +382,7 @@ async fn unlock_force_removes_a_stale_lock_and_wakes_a_waiter() {
     assert!(text(&out).1.contains("--yes"));
 
     let started = Instant::now();
-    let out = fencelock(&server)
-        .args(["unlock", "--force", "--yes", "stuck"])
-        .output()
-        .await
-        .unwrap();
+    let out = output(&server, &["unlock", "--force", "--yes", "stuck"]).await;
     assert!(out.status.success(), "{:?}", text(&out));
     assert!(text(&out).0.contains(stale.owner()), "{:?}", text(&out));
     // The waiter ran long before the 30 s lease would have ended.
@@ -452,11 +437,7 @@ async fn bad_flags_and_urls_give_usage_and_configuration_errors() {
         "http://:hunter2@127.0.0.1:1".to_owned(),
         format!("redis://:hunter2@127.0.0.1:{port}"),
     ] {
-        let out = fencelock(&server)
-            .args(["run", "--url", &url, "--key", "k", "--", "true"])
-            .output()
-            .await
-            .unwrap();
+        let out = output(&server, &["run", "--url", &url, "--key", "k", "--", "true"]).await;
         assert_eq!(
             out.status.code(),
             Some(CONNECTION),
@@ -468,18 +449,14 @@ async fn bad_flags_and_urls_give_usage_and_configuration_errors() {
         assert!(err.contains("fencelock:"), "{err}");
     }
     // A program that does not exist.
-    let out = fencelock(&server)
-        .args(["run", "--key", "k", "--", "/nonexistent/program"])
-        .output()
-        .await
-        .unwrap();
+    let out = output(
+        &server,
+        &["run", "--key", "k", "--", "/nonexistent/program"],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(127));
     // The exit codes are documented in --help.
-    let out = fencelock(&server)
-        .args(["run", "--help"])
-        .output()
-        .await
-        .unwrap();
+    let out = output(&server, &["run", "--help"]).await;
     assert!(out.status.success());
     assert!(text(&out).0.contains("EXIT STATUS"));
 }
