@@ -23,7 +23,7 @@ struct Cli {
 }
 
 /// Where the lock service is.
-#[derive(Args, Clone, Debug)]
+#[derive(Args, Clone)]
 pub struct Connection {
     /// Redis server URL, e.g. redis://host:6379 or redis://:password@host:6379/0.
     #[arg(long, env = "FENCELOCK_URL", default_value = "redis://127.0.0.1:6379")]
@@ -34,6 +34,16 @@ pub struct Connection {
     /// Log what happens (acquire, renewals, release) to stderr.
     #[arg(long, short)]
     pub verbose: bool,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("url", &fencelock::redact_url(&self.url))
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("verbose", &self.verbose)
+            .finish()
+    }
 }
 
 impl Connection {
