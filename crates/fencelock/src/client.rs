@@ -7,7 +7,8 @@ use std::sync::{Arc, Weak};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::redis::RedisBackend;
-use crate::backend::ReleaseSink;
+use crate::backend::redlock::RedLock;
+use crate::backend::{Backend, ReleaseSink};
 use crate::error::Result;
 use crate::lock::{Lock, LockStatus};
 use crate::name::LockKeys;
@@ -25,7 +26,7 @@ pub struct Client {
 }
 
 pub(crate) struct ClientInner {
-    pub(crate) backend: RedisBackend,
+    pub(crate) backend: Backend,
     pub(crate) options: ClientOptions,
     /// Random 128-bit id, hex: the first half of every owner id this client makes.
     pub(crate) id: String,
@@ -45,7 +46,7 @@ impl Drop for ClientInner {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("server", &self.inner.backend.server())
+            .field("servers", &self.inner.backend.server())
             .field("id", &self.inner.id)
             .finish()
     }
@@ -62,12 +63,37 @@ impl Client {
 
     /// Connects with explicit options.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        Self::connect_all_with(&[url], options).await
+    }
+
+    /// RedLock: one lock over N independent Redis masters (N odd: 3 or 5 typically), held
+    /// when a majority grants it. Requests go to all servers in parallel; see docs/SAFETY.md
+    /// for what this guarantees. With one URL this is [`Client::connect`].
+    pub async fn connect_all(urls: &[&str]) -> Result<Self> {
+        Self::connect_all_with(urls, ClientOptions::default()).await
+    }
+
+    /// [`Client::connect_all`] with explicit options.
+    pub async fn connect_all_with(urls: &[&str], options: ClientOptions) -> Result<Self> {
         options.validate()?;
+        if urls.is_empty() || urls.len().is_multiple_of(2) {
+            return Err(crate::InputError::InvalidOption {
+                option: "urls",
+                reason: "RedLock needs an odd number of servers (1, 3, 5, ...)",
+            }
+            .into());
+        }
         let waiters = Arc::new(WaitRegistry::default());
         let sink: Weak<dyn ReleaseSink> = Arc::downgrade(&waiters) as Weak<dyn ReleaseSink>;
-        let (backend, warnings) = RedisBackend::connect(url, &options, sink).await?;
         let (watchdog, runner) = Watchdog::new(options.clone());
         let watchdog = Arc::new(watchdog);
+        let (backend, warnings) = if let [url] = urls {
+            let (b, w) = RedisBackend::connect(url, &options, sink).await?;
+            (Backend::One(b), w)
+        } else {
+            let (r, w) = RedLock::connect(urls, &options, sink, watchdog.finisher()).await?;
+            (Backend::RedLock(r), w)
+        };
         let inner = Arc::new(ClientInner {
             backend,
             options,
@@ -79,7 +105,7 @@ impl Client {
             shutdown: CancellationToken::new(),
         });
         tokio::spawn(runner.run(watchdog, Arc::downgrade(&inner), inner.shutdown.clone()));
-        tracing::debug!(server = inner.backend.server(), id = %inner.id, "fencelock client connected");
+        tracing::debug!(server = %inner.backend.server(), id = %inner.id, "fencelock client connected");
         Ok(Self { inner })
     }
 
@@ -100,8 +126,8 @@ impl Client {
         &self.inner.id
     }
 
-    /// `host:port` of the server.
-    pub fn server(&self) -> &str {
+    /// `host:port` of the server (comma-separated for RedLock).
+    pub fn server(&self) -> String {
         self.inner.backend.server()
     }
 
@@ -113,7 +139,7 @@ impl Client {
 
     /// What the server knows about the lock `name`.
     pub async fn status(&self, name: &str) -> Result<LockStatus> {
-        let keys = LockKeys::new(name)?;
+        let keys = Arc::new(LockKeys::new(name)?);
         let raw = self.inner.backend.status(&keys).await?;
         Ok(LockStatus::from_raw(name, raw))
     }
@@ -122,7 +148,7 @@ impl Client {
     /// a lock is stale; the holder (if alive) learns of it at its next renewal. Returns the
     /// owners and hold counts that were removed (empty when the lock was free).
     pub async fn force_unlock(&self, name: &str) -> Result<Vec<(String, u64)>> {
-        let keys = LockKeys::new(name)?;
+        let keys = Arc::new(LockKeys::new(name)?);
         let removed = self.inner.backend.force_unlock(&keys).await?;
         tracing::info!(lock = name, ?removed, "lock force-unlocked");
         Ok(removed)

@@ -143,6 +143,18 @@ pub enum Error {
         /// What was wrong with the reply.
         detail: String,
     },
+    /// RedLock: no majority of the servers agreed. Says what each server answered.
+    #[error("{operation} of {} needs {needed} servers to agree: {}", lock.as_deref().map_or("RedLock".to_owned(), |l| format!("lock {l:?}")), list(.outcomes))]
+    Quorum {
+        /// The lock name, when there is one.
+        lock: Option<String>,
+        /// What was attempted (`acquire`, `release`, ...).
+        operation: &'static str,
+        /// How many servers make a majority.
+        needed: usize,
+        /// Each server's answer (servers that answered as hoped may be left out).
+        outcomes: Vec<ServerOutcome>,
+    },
     /// The guard's lease is gone: the lost-lock signal has fired, so the guard can no longer be
     /// extended.
     #[error("lock {lock:?} is no longer held by this guard ({reason})")]
@@ -152,6 +164,56 @@ pub enum Error {
         /// Why the lock counts as lost.
         reason: &'static str,
     },
+}
+
+/// What one server of a RedLock set answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServerOutcome {
+    /// The server granted the lock with this token.
+    Granted {
+        /// `host:port`.
+        server: String,
+        /// The token it issued.
+        token: u64,
+    },
+    /// Another owner holds the lock on this server.
+    Held {
+        /// `host:port`.
+        server: String,
+        /// That owner's remaining lease there.
+        remaining: Option<Duration>,
+    },
+    /// The request failed.
+    Failed {
+        /// `host:port`.
+        server: String,
+        /// Why.
+        error: String,
+    },
+    /// No answer had arrived when the attempt was decided.
+    NoReply {
+        /// `host:port`.
+        server: String,
+    },
+}
+
+impl std::fmt::Display for ServerOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Granted { server, token } => write!(f, "{server}: granted (token {token})"),
+            Self::Held { server, remaining } => {
+                write!(f, "{server}: held by another owner ({remaining:?} left)")
+            }
+            Self::Failed { server, error } => write!(f, "{server}: {error}"),
+            Self::NoReply { server } => write!(f, "{server}: no reply yet"),
+        }
+    }
+}
+
+fn list(outcomes: &[ServerOutcome]) -> String {
+    let parts: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
+    parts.join("; ")
 }
 
 fn for_lock(lock: &Option<String>) -> String {

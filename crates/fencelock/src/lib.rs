@@ -27,7 +27,7 @@ mod watchdog;
 pub use backend::redis::redact_url;
 pub use backend::Released;
 pub use client::Client;
-pub use error::{Error, InputError, Result};
+pub use error::{Error, InputError, Result, ServerOutcome};
 pub use guard::Guard;
 pub use lock::{Contended, Lock, LockStatus};
 pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};

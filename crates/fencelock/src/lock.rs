@@ -269,36 +269,46 @@ impl Lock {
             armed: true,
         };
         let sent = Instant::now();
+        let watchdog = &self.client.watchdog;
+        let valid_until = watchdog.deadline(sent, lease);
         let reply = self
             .client
             .backend
-            .acquire(keys, &self.owner, lease.as_millis() as u64, pending.id)
+            .acquire(
+                keys,
+                &self.owner,
+                lease.as_millis() as u64,
+                pending.id,
+                valid_until,
+            )
             .await;
         match reply {
             Ok(AcquireReply::Acquired { token, count }) => {
                 pending.armed = false;
-                let watchdog = &self.client.watchdog;
                 let state = Arc::new(LeaseState::new(
                     keys.clone(),
                     self.owner.clone(),
                     lease,
                     renew,
-                    watchdog.deadline(sent, lease),
+                    valid_until,
                     watchdog.renew_at(sent, lease),
                 ));
                 watchdog.track(&state);
                 tracing::debug!(lock = %keys.name, token, count, "acquired");
                 Ok(Ok(Guard::new(self.client.clone(), state, token, count)))
             }
-            Ok(AcquireReply::Held { remaining }) => {
-                pending.armed = false;
+            Ok(AcquireReply::Held { remaining, undo }) => {
+                // RedLock servers that granted a minority keep `undo` armed: dropping
+                // `pending` then removes those holds in the background.
+                pending.armed = undo;
                 Ok(Err(Contended {
                     remaining_lease: remaining,
                 }))
             }
             // A server error (e.g. WRONGTYPE) means the script did not run to the end; only a
-            // lost reply leaves the outcome unknown and the undo armed.
-            Err(e @ Error::Unavailable { .. }) => Err(e),
+            // lost reply, or a RedLock majority that failed, leaves holds possibly behind and
+            // the undo armed.
+            Err(e @ (Error::Unavailable { .. } | Error::Quorum { .. })) => Err(e),
             Err(e) => {
                 pending.armed = false;
                 Err(e)

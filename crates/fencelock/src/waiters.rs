@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::backend::redis::RedisBackend;
-use crate::backend::ReleaseSink;
+use crate::backend::{Backend, ReleaseSink};
 use crate::client::ClientInner;
 use crate::error::Error;
 use crate::watchdog::Request;
@@ -89,7 +88,7 @@ impl WaitRegistry {
     }
 
     /// Unsubscribes from a channel whose queue is empty; runs in the background task.
-    pub(crate) async fn unsubscribe_if_idle(&self, backend: &RedisBackend, channel: &str) {
+    pub(crate) async fn unsubscribe_if_idle(&self, backend: &Backend, channel: &str) {
         let _order = self.subscription.lock().await;
         {
             let mut channels = self.channels();
@@ -138,7 +137,7 @@ impl WaitRegistry {
 }
 
 impl ReleaseSink for WaitRegistry {
-    fn released(&self, channel: &str) {
+    fn released(&self, channel: &str, _message: &[u8]) {
         if let Some(head) = self.channels().get(channel).and_then(|q| q.waiters.front()) {
             head.notify.notify_one();
         }

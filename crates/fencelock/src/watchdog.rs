@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::Renewal;
+use crate::backend::{RenewItem, Renewal};
 use crate::client::ClientInner;
 use crate::error::Error;
 use crate::lease::{LeaseState, LeaseTimes};
@@ -44,6 +44,9 @@ pub(crate) enum Request {
         /// Only if this attempt was the last to acquire: undoes an acquire whose reply was lost.
         attempt: Option<u64>,
     },
+    /// Requests of a decided RedLock operation that are still in flight: they must run to the
+    /// end (a NOSCRIPT retry, an undo queued behind a late acquire), not be dropped.
+    Finish(Pin<Box<dyn Future<Output = ()> + Send>>),
     /// The last local waiter on a channel left: unsubscribe unless a new one came.
     Unsubscribe {
         client: Arc<ClientInner>,
@@ -91,6 +94,16 @@ pub(crate) struct Watchdog {
     options: ClientOptions,
 }
 
+/// Hands futures to the background task to be driven to completion.
+#[derive(Clone)]
+pub(crate) struct Finisher(mpsc::UnboundedSender<Request>);
+
+impl Finisher {
+    pub(crate) fn finish(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let _ = self.0.send(Request::Finish(Box::pin(work)));
+    }
+}
+
 /// The receiving half, moved into the task when it is spawned.
 pub(crate) struct Runner {
     requests: mpsc::UnboundedReceiver<Request>,
@@ -127,6 +140,11 @@ impl Watchdog {
     /// shut down): then the lease simply expires, as documented for dropped guards.
     pub(crate) fn send(&self, request: Request) {
         let _ = self.requests.send(request);
+    }
+
+    /// A handle for backends to hand in-flight work to the background task.
+    pub(crate) fn finisher(&self) -> Finisher {
+        Finisher(self.requests.clone())
     }
 
     /// The usable part of a lease that began (was requested) at `sent`.
@@ -324,13 +342,12 @@ impl Runner {
 
 async fn renew(client: Weak<ClientInner>, leases: Vec<Arc<LeaseState>>) -> Option<RenewalRound> {
     let inner = client.upgrade()?;
-    let items: Vec<(&LockKeys, &str, u64)> = leases
+    let items: Vec<RenewItem> = leases
         .iter()
-        .map(|l| (&*l.keys, &*l.owner, l.lease.as_millis() as u64))
+        .map(|l| (l.keys.clone(), l.owner.clone(), l.lease.as_millis() as u64))
         .collect();
     let sent = Instant::now();
-    let results = inner.backend.renew_batch(&items).await;
-    drop(items);
+    let results = inner.backend.renew_batch(items).await;
     Some(RenewalRound {
         sent,
         leases,
@@ -356,6 +373,7 @@ async fn run_request(request: Request) {
                 }
             }
         }
+        Request::Finish(work) => work.await,
         Request::Unsubscribe { client, channel } => {
             // Linger: a lock that is contended now is likely contended again in a moment, and
             // re-subscribing would cost two commands per episode.

@@ -6,9 +6,17 @@
 //! whether the owner still holds the lock. A backend also delivers release notifications to a
 //! [`ReleaseSink`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::Error;
+use crate::name::LockKeys;
+
 pub(crate) mod redis;
+pub(crate) mod redlock;
+
+use self::redis::{RawStatus, RedisBackend};
+use self::redlock::RedLock;
 
 /// The outcome of one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,8 +28,13 @@ pub(crate) enum AcquireReply {
         /// The owner's hold count after this attempt.
         count: u64,
     },
-    /// Another owner holds it; `None` when its lease has no expiry.
-    Held { remaining: Option<Duration> },
+    /// Not acquired: another owner holds it (`remaining`: its lease, `None` when it has no
+    /// expiry, or how long to back off). `undo`: the attempt may have left holds behind
+    /// (RedLock servers that granted a minority) that must be removed.
+    Held {
+        remaining: Option<Duration>,
+        undo: bool,
+    },
 }
 
 /// What a release did.
@@ -40,6 +53,9 @@ pub enum Released {
     NotHeld,
 }
 
+/// One lease to renew: the lock, its owner, the lease in ms.
+pub(crate) type RenewItem = (std::sync::Arc<LockKeys>, std::sync::Arc<str>, u64);
+
 /// What a renewal found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renewal {
@@ -51,8 +67,115 @@ pub(crate) enum Renewal {
 
 /// Receives release notifications from a backend's subscriber connection.
 pub(crate) trait ReleaseSink: Send + Sync + 'static {
-    /// A lock whose release channel is `channel` was released.
-    fn released(&self, channel: &str);
+    /// A lock whose release channel is `channel` was released; `message` identifies the
+    /// release (RedLock publishes the same message from every server).
+    fn released(&self, channel: &str, message: &[u8]);
     /// The subscriber connection dropped: notifications may have been missed.
     fn disconnected(&self);
+}
+
+/// The engine behind a client: one server (plain, Sentinel-managed or a Cluster), or RedLock
+/// over independent servers. The methods are the whole vocabulary the lock API uses.
+pub(crate) enum Backend {
+    One(RedisBackend),
+    RedLock(RedLock),
+}
+
+impl Backend {
+    /// Where the lock service is, for errors and logs.
+    pub(crate) fn server(&self) -> String {
+        match self {
+            Backend::One(b) => b.server().to_owned(),
+            Backend::RedLock(r) => r.servers(),
+        }
+    }
+
+    /// One acquire attempt. `valid_until`: an acquisition completed after this instant has no
+    /// validity left and counts as failed (RedLock).
+    pub(crate) async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        owner: &Arc<str>,
+        lease_ms: u64,
+        attempt: u64,
+        valid_until: tokio::time::Instant,
+    ) -> Result<AcquireReply, Error> {
+        match self {
+            Backend::One(b) => b.acquire(keys, owner, lease_ms, attempt, None).await,
+            Backend::RedLock(r) => r.acquire(keys, owner, lease_ms, attempt, valid_until).await,
+        }
+    }
+
+    /// Gives back one hold; with `attempt`, only the hold that attempt took.
+    pub(crate) async fn release(
+        &self,
+        keys: &Arc<LockKeys>,
+        owner: &Arc<str>,
+        attempt: Option<u64>,
+    ) -> Result<Released, Error> {
+        match self {
+            Backend::One(b) => b.release(keys, owner, attempt, None).await,
+            Backend::RedLock(r) => r.release(keys, owner, attempt).await,
+        }
+    }
+
+    /// Extends the lease to at least `lease_ms` if `owner` holds the lock.
+    pub(crate) async fn extend(
+        &self,
+        keys: &Arc<LockKeys>,
+        owner: &Arc<str>,
+        lease_ms: u64,
+    ) -> Result<Renewal, Error> {
+        match self {
+            Backend::One(b) => b.extend(keys, owner, lease_ms).await,
+            Backend::RedLock(r) => {
+                let mut results = r
+                    .renew_batch(vec![(keys.clone(), owner.clone(), lease_ms)])
+                    .await?;
+                results.pop().unwrap_or(Ok(Renewal::NotHeld))
+            }
+        }
+    }
+
+    /// Renews many leases; per-lease outcomes in order.
+    pub(crate) async fn renew_batch(
+        &self,
+        items: Vec<RenewItem>,
+    ) -> Result<Vec<Result<Renewal, Error>>, Error> {
+        match self {
+            Backend::One(b) => b.renew_batch(&items).await,
+            Backend::RedLock(r) => r.renew_batch(items).await,
+        }
+    }
+
+    pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
+        match self {
+            Backend::One(b) => b.status(keys).await,
+            Backend::RedLock(r) => r.status(keys).await,
+        }
+    }
+
+    pub(crate) async fn force_unlock(
+        &self,
+        keys: &Arc<LockKeys>,
+    ) -> Result<Vec<(String, u64)>, Error> {
+        match self {
+            Backend::One(b) => b.force_unlock(keys).await,
+            Backend::RedLock(r) => r.force_unlock(keys).await,
+        }
+    }
+
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+        match self {
+            Backend::One(b) => b.subscribe(channel).await,
+            Backend::RedLock(r) => r.subscribe(channel).await,
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+        match self {
+            Backend::One(b) => b.unsubscribe(channel).await,
+            Backend::RedLock(r) => r.unsubscribe(channel).await,
+        }
+    }
 }

@@ -50,3 +50,22 @@ pub async fn eventually(secs: f64, what: &str, mut check: impl FnMut() -> bool) 
     })
     .await
 }
+
+/// `n` independent servers, for RedLock.
+pub fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| server()).collect()
+}
+
+pub async fn redlock(servers: &[RedisServer], options: ClientOptions) -> Client {
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    Client::connect_all_with(&urls, options)
+        .await
+        .expect("connect RedLock")
+}
+
+/// Whether the lock key exists on this server.
+pub fn has_key(server: &RedisServer, name: &str) -> bool {
+    let key = format!("fencelock:{{{name}}}");
+    server.command(&["EXISTS", &key]).ok().and_then(|r| r.int()) == Some(1)
+}

@@ -22,6 +22,7 @@ struct Scripts {
     extend: Script,
     status: Script,
     force_unlock: Script,
+    raise_fence: Script,
 }
 
 fn scripts() -> &'static Scripts {
@@ -32,6 +33,7 @@ fn scripts() -> &'static Scripts {
         extend: Script::new(include_str!("extend.lua")),
         status: Script::new(include_str!("status.lua")),
         force_unlock: Script::new(include_str!("force_unlock.lua")),
+        raise_fence: Script::new(include_str!("raise_fence.lua")),
     })
 }
 
@@ -92,10 +94,12 @@ impl RedisBackend {
                 return Err(());
             };
             match info.kind {
-                PushKind::Message => {
-                    if let Some(Value::BulkString(channel)) = info.data.first() {
+                PushKind::Message | PushKind::SMessage => {
+                    if let [Value::BulkString(channel), Value::BulkString(message), ..] =
+                        info.data.as_slice()
+                    {
                         if let Ok(channel) = std::str::from_utf8(channel) {
-                            sink.released(channel);
+                            sink.released(channel, message);
                         }
                     }
                 }
@@ -219,6 +223,7 @@ impl RedisBackend {
         owner: &str,
         lease_ms: u64,
         attempt: u64,
+        proposal: Option<u64>,
     ) -> Result<AcquireReply, Error> {
         let script = &scripts().acquire;
         let mut call = evalsha(script, 2);
@@ -227,6 +232,10 @@ impl RedisBackend {
             .arg(owner)
             .arg(lease_ms)
             .arg(attempt);
+        match proposal {
+            Some(token) => call.arg(token),
+            None => call.arg(""),
+        };
         let reply: Vec<Value> = self.run(keys, script, &call).await?;
         self.parse_acquire(keys, &reply)
     }
@@ -239,6 +248,7 @@ impl RedisBackend {
             }),
             [Value::Int(0), Value::Int(pttl)] => Ok(AcquireReply::Held {
                 remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                undo: false,
             }),
             other => Err(self.protocol(keys, &format!("acquire replied {other:?}"))),
         }
@@ -261,6 +271,7 @@ impl RedisBackend {
         keys: &LockKeys,
         owner: &str,
         attempt: Option<u64>,
+        message: Option<&str>,
     ) -> Result<Released, Error> {
         let script = &scripts().release;
         let mut call = evalsha(script, 1);
@@ -269,12 +280,32 @@ impl RedisBackend {
             Some(id) => call.arg(id),
             None => call.arg(""),
         };
+        call.arg(message.unwrap_or("")).arg(self.publish_mode());
         let left: i64 = self.run(keys, script, &call).await?;
         Ok(match left {
             0 => Released::Released,
             n if n > 0 => Released::StillHeld { count: n as u64 },
             _ => Released::NotHeld,
         })
+    }
+
+    /// Raises the lock's fencing counter and the owner's recorded token to `token`.
+    pub(crate) async fn raise_fence(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        token: u64,
+    ) -> Result<(), Error> {
+        let script = &scripts().raise_fence;
+        let mut call = evalsha(script, 2);
+        call.arg(&keys.lock).arg(&keys.fence).arg(owner).arg(token);
+        let _: i64 = self.run(keys, script, &call).await?;
+        Ok(())
+    }
+
+    /// `'S'` when release messages go through sharded pub/sub.
+    fn publish_mode(&self) -> &'static str {
+        ""
     }
 
     /// Extends the lease to at least `lease_ms` if `owner` holds the lock.
@@ -299,7 +330,7 @@ impl RedisBackend {
     /// failed as a whole; inner errors are per lock (e.g. WRONGTYPE).
     pub(crate) async fn renew_batch(
         &self,
-        items: &[(&LockKeys, &str, u64)],
+        items: &[super::RenewItem],
     ) -> Result<Vec<Result<Renewal, Error>>, Error> {
         let script = &scripts().extend;
         let mut pipe = redis::pipe();
@@ -307,7 +338,7 @@ impl RedisBackend {
         for (keys, owner, lease_ms) in items {
             pipe.add_command(evalsha(script, 1))
                 .arg(&keys.lock)
-                .arg(*owner)
+                .arg(&**owner)
                 .arg(*lease_ms);
         }
         let mut conn = self.conn.clone();
@@ -384,7 +415,9 @@ impl RedisBackend {
     pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<Vec<(String, u64)>, Error> {
         let script = &scripts().force_unlock;
         let mut call = evalsha(script, 1);
-        call.arg(&keys.lock).arg(&keys.channel);
+        call.arg(&keys.lock)
+            .arg(&keys.channel)
+            .arg(self.publish_mode());
         let fields: Vec<(String, String)> = self.run(keys, script, &call).await?;
         Ok(fields
             .into_iter()

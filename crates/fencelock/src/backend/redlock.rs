@@ -1,0 +1,523 @@
+//! RedLock: one lock over N independent Redis masters, held when a majority grants it.
+//!
+//! Every request goes to all servers at once over their kept-open connections, and an attempt
+//! is decided as soon as a majority has answered for or against it. Fencing tokens: the client
+//! proposes `max(its clock in µs, highest token it has seen + 1)`; each server issues
+//! `max(its counter + 1, proposal)` and stores it in the same script. When a majority issued
+//! the same token it is on a majority already; otherwise the highest is written back to a
+//! majority before the acquisition counts. Any later majority shares a server with that one,
+//! whose counter forces a higher token (docs/SAFETY.md has the argument and its assumptions).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+
+use super::redis::{RawStatus, RedisBackend};
+use super::{AcquireReply, ReleaseSink, Released, RenewItem, Renewal};
+use crate::error::{Error, ServerOutcome};
+use crate::name::LockKeys;
+use crate::options::ClientOptions;
+use crate::watchdog::Finisher;
+
+/// Several independent servers, one lock.
+pub(crate) struct RedLock {
+    servers: Vec<Arc<RedisBackend>>,
+    /// Runs the requests still in flight when an operation is decided.
+    finisher: Finisher,
+    quorum: usize,
+    /// The highest fencing token this client has seen, so that its next proposal is higher.
+    highest: AtomicU64,
+    /// Keeps the de-duplicating sink alive (the servers hold it weakly).
+    _sink: Arc<DedupSink>,
+}
+
+/// Every server publishes the same release message; waiters should hear it once.
+struct DedupSink {
+    inner: Weak<dyn ReleaseSink>,
+    recent: Mutex<std::collections::VecDeque<(String, Vec<u8>)>>,
+}
+
+impl ReleaseSink for DedupSink {
+    fn released(&self, channel: &str, message: &[u8]) {
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            if recent.iter().any(|(c, m)| c == channel && m == message) {
+                return;
+            }
+            if recent.len() >= 64 {
+                recent.pop_front();
+            }
+            recent.push_back((channel.to_owned(), message.to_vec()));
+        }
+        if let Some(inner) = self.inner.upgrade() {
+            inner.released(channel, message);
+        }
+    }
+
+    fn disconnected(&self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.disconnected();
+        }
+    }
+}
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl RedLock {
+    /// Connects to every server. All must be reachable at start: a RedLock set configured
+    /// with a dead server is more likely a mistake than an outage.
+    pub(crate) async fn connect(
+        urls: &[&str],
+        options: &ClientOptions,
+        sink: Weak<dyn ReleaseSink>,
+        finisher: Finisher,
+    ) -> Result<(Self, Vec<String>), Error> {
+        let dedup = Arc::new(DedupSink {
+            inner: sink,
+            recent: Mutex::new(Default::default()),
+        });
+        let weak: Weak<dyn ReleaseSink> = Arc::downgrade(&dedup) as Weak<dyn ReleaseSink>;
+        let connecting = urls
+            .iter()
+            .map(|url| RedisBackend::connect(url, options, weak.clone()));
+        let mut servers = Vec::with_capacity(urls.len());
+        let mut warnings = Vec::new();
+        for result in futures_util::future::join_all(connecting).await {
+            let (server, w) = result?;
+            servers.push(Arc::new(server));
+            warnings.extend(w);
+        }
+        let quorum = servers.len() / 2 + 1;
+        Ok((
+            Self {
+                servers,
+                finisher,
+                quorum,
+                highest: AtomicU64::new(0),
+                _sink: dedup,
+            },
+            warnings,
+        ))
+    }
+
+    pub(crate) fn servers(&self) -> String {
+        let names: Vec<&str> = self.servers.iter().map(|s| s.server()).collect();
+        names.join(",")
+    }
+
+    fn quorum_error(
+        &self,
+        keys: Option<&LockKeys>,
+        what: &'static str,
+        outcomes: Vec<ServerOutcome>,
+    ) -> Error {
+        Error::Quorum {
+            lock: keys.map(|k| k.name.clone()),
+            operation: what,
+            needed: self.quorum,
+            outcomes,
+        }
+    }
+
+    /// One RedLock attempt.
+    /// Sends `request` to every server at once; the futures own what they use, so that the
+    /// ones still in flight when the caller has decided can be finished in the background.
+    fn fan_out<T, F, Fut>(&self, request: F) -> FuturesUnordered<BoxFuture<(usize, T)>>
+    where
+        F: Fn(Arc<RedisBackend>) -> Fut,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+    {
+        self.servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let fut = request(s.clone());
+                Box::pin(async move { (i, fut.await) }) as BoxFuture<(usize, T)>
+            })
+            .collect()
+    }
+
+    /// Lets the requests not yet answered run to their end in the background.
+    fn finish<T: Send + 'static>(&self, pending: FuturesUnordered<BoxFuture<T>>) {
+        if !pending.is_empty() {
+            self.finisher.finish(async move {
+                pending.for_each(|_| async {}).await;
+            });
+        }
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        owner: &Arc<str>,
+        lease_ms: u64,
+        attempt: u64,
+        valid_until: Instant,
+    ) -> Result<AcquireReply, Error> {
+        let n = self.servers.len();
+        let proposal = now_micros().max(self.highest.load(Ordering::Relaxed) + 1);
+        let mut pending = self.fan_out(|s| {
+            let (keys, owner) = (keys.clone(), owner.clone());
+            async move {
+                s.acquire(&keys, &owner, lease_ms, attempt, Some(proposal))
+                    .await
+            }
+        });
+        let mut outcomes: Vec<Option<ServerOutcome>> = vec![None; n];
+        let mut granted: Vec<(usize, u64, u64)> = Vec::new();
+        let mut held_remaining: Vec<Option<Duration>> = Vec::new();
+        let mut against = 0;
+        while let Some((i, reply)) = pending.next().await {
+            let server = self.servers[i].server().to_owned();
+            outcomes[i] = Some(match reply {
+                Ok(AcquireReply::Acquired { token, count }) => {
+                    granted.push((i, token, count));
+                    ServerOutcome::Granted { server, token }
+                }
+                Ok(AcquireReply::Held { remaining, .. }) => {
+                    against += 1;
+                    held_remaining.push(remaining);
+                    ServerOutcome::Held { server, remaining }
+                }
+                Err(e) => {
+                    against += 1;
+                    ServerOutcome::Failed {
+                        server,
+                        error: e.to_string(),
+                    }
+                }
+            });
+            if granted.len() >= self.quorum || against > n - self.quorum {
+                break;
+            }
+        }
+        // Requests still in flight run on: an undo sent later is queued behind them on the same
+        // connection, so a late grant is removed too.
+        self.finish(pending);
+        let outcomes: Vec<ServerOutcome> = outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| {
+                o.unwrap_or_else(|| ServerOutcome::NoReply {
+                    server: self.servers[i].server().to_owned(),
+                })
+            })
+            .collect();
+
+        if granted.len() < self.quorum {
+            let undo = !granted.is_empty()
+                || outcomes.iter().any(|o| {
+                    matches!(
+                        o,
+                        ServerOutcome::NoReply { .. } | ServerOutcome::Failed { .. }
+                    )
+                });
+            if held_remaining.len() >= self.quorum {
+                // Held elsewhere on a majority: wait for a release, at most the shortest lease.
+                held_remaining.sort();
+                return Ok(AcquireReply::Held {
+                    remaining: held_remaining[0],
+                    undo,
+                });
+            }
+            if outcomes
+                .iter()
+                .filter(|o| matches!(o, ServerOutcome::Failed { .. }))
+                .count()
+                > n - self.quorum
+            {
+                // Too many servers failed for any majority: an error naming each.
+                return Err(self.quorum_error(Some(keys), "acquire", outcomes));
+            }
+            // A split with competitors: back off for a random moment and try again.
+            let backoff = Duration::from_millis(5 + rand::random::<u64>() % 45);
+            return Ok(AcquireReply::Held {
+                remaining: Some(backoff),
+                undo,
+            });
+        }
+
+        let token = granted.iter().map(|g| g.1).max().unwrap_or(proposal);
+        let agreeing = granted.iter().filter(|g| g.1 == token).count();
+        if agreeing < self.quorum {
+            // Put the token on a majority before the acquisition counts.
+            let lagging: Vec<usize> = granted
+                .iter()
+                .filter(|g| g.1 < token)
+                .map(|g| g.0)
+                .collect();
+            let mut raising: FuturesUnordered<_> = lagging
+                .iter()
+                .map(|&i| {
+                    let (s, keys, owner) = (self.servers[i].clone(), keys.clone(), owner.clone());
+                    Box::pin(async move { s.raise_fence(&keys, &owner, token).await })
+                        as BoxFuture<Result<(), Error>>
+                })
+                .collect();
+            let mut on_majority = agreeing;
+            while on_majority < self.quorum {
+                match raising.next().await {
+                    Some(Ok(())) => on_majority += 1,
+                    Some(Err(_)) => {}
+                    None => break,
+                }
+            }
+            self.finish(raising);
+            if on_majority < self.quorum {
+                return Ok(AcquireReply::Held {
+                    remaining: Some(Duration::from_millis(5 + rand::random::<u64>() % 45)),
+                    undo: true,
+                });
+            }
+        }
+        if Instant::now() >= valid_until {
+            // A majority granted it, but too late to be of use.
+            tracing::debug!(lock = %keys.name, "RedLock majority reached without validity left");
+            return Ok(AcquireReply::Held {
+                remaining: Some(Duration::ZERO),
+                undo: true,
+            });
+        }
+        self.highest.fetch_max(token, Ordering::Relaxed);
+        let count = granted.iter().map(|g| g.2).max().unwrap_or(1);
+        Ok(AcquireReply::Acquired { token, count })
+    }
+
+    /// Releases on every server (also those that never answered the acquire).
+    pub(crate) async fn release(
+        &self,
+        keys: &Arc<LockKeys>,
+        owner: &Arc<str>,
+        attempt: Option<u64>,
+    ) -> Result<Released, Error> {
+        // One message for all servers, so that waiters can drop the copies.
+        let message: Arc<str> = format!("{owner}#{:x}", rand::random::<u64>()).into();
+        let mut pending = self.fan_out(|s| {
+            let (keys, owner, message) = (keys.clone(), owner.clone(), message.clone());
+            async move { s.release(&keys, &owner, attempt, Some(&message)).await }
+        });
+        let mut outcomes = Vec::new();
+        let mut answered = 0;
+        let (mut released, mut still_held, mut failed) = (0, 0u64, 0);
+        while let Some((i, result)) = pending.next().await {
+            answered += 1;
+            let server = self.servers[i].server().to_owned();
+            match result {
+                Ok(Released::Released) => released += 1,
+                Ok(Released::StillHeld { count }) => still_held = still_held.max(count),
+                Ok(_) => {}
+                Err(e) => {
+                    failed += 1;
+                    outcomes.push(ServerOutcome::Failed {
+                        server,
+                        error: e.to_string(),
+                    });
+                }
+            }
+            // A majority has answered: the rest runs on in the background (a paused server
+            // runs it when it resumes).
+            if answered >= self.quorum && answered - failed >= self.quorum {
+                break;
+            }
+        }
+        self.finish(pending);
+        if answered - failed < self.quorum {
+            return Err(self.quorum_error(Some(keys), "release", outcomes));
+        }
+        Ok(if still_held > 0 {
+            Released::StillHeld { count: still_held }
+        } else if released > 0 {
+            Released::Released
+        } else {
+            Released::NotHeld
+        })
+    }
+
+    /// Renews on every server; a lease counts as renewed once a majority renewed it.
+    pub(crate) async fn renew_batch(
+        &self,
+        items: Vec<RenewItem>,
+    ) -> Result<Vec<Result<Renewal, Error>>, Error> {
+        let n = self.servers.len();
+        let items = Arc::new(items);
+        let mut pending = self.fan_out(|s| {
+            let items = items.clone();
+            async move { s.renew_batch(&items).await }
+        });
+        let mut renewed = vec![0usize; items.len()];
+        let mut against = vec![0usize; items.len()];
+        let mut errors: Vec<Option<String>> = vec![None; items.len()];
+        let decided = |renewed: &[usize], against: &[usize]| {
+            renewed
+                .iter()
+                .zip(against)
+                .all(|(r, a)| *r >= self.quorum || *a > n - self.quorum)
+        };
+        while let Some((_, result)) = pending.next().await {
+            match result {
+                Ok(each) => {
+                    for (j, r) in each.into_iter().enumerate() {
+                        match r {
+                            Ok(Renewal::Renewed) => renewed[j] += 1,
+                            Ok(Renewal::NotHeld) => against[j] += 1,
+                            Err(e) => {
+                                against[j] += 1;
+                                errors[j] = Some(e.to_string());
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    for (a, err) in against.iter_mut().zip(errors.iter_mut()) {
+                        *a += 1;
+                        *err = Some(e.to_string());
+                    }
+                }
+            }
+            if decided(&renewed, &against) {
+                break;
+            }
+        }
+        self.finish(pending);
+        Ok(renewed
+            .iter()
+            .zip(errors)
+            .zip(items.iter())
+            .map(|((&r, error), (keys, _, _))| {
+                if r >= self.quorum {
+                    Ok(Renewal::Renewed)
+                } else if let Some(error) = error {
+                    // Unsure: the watchdog retries until the deadline.
+                    Err(Error::Unavailable {
+                        lock: Some(keys.name.clone()),
+                        server: self.servers(),
+                        detail: format!("renewal reached {r} of {n} servers: {error}"),
+                    })
+                } else {
+                    Ok(Renewal::NotHeld)
+                }
+            })
+            .collect())
+    }
+
+    /// The majority's view of a lock.
+    pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
+        let results =
+            futures_util::future::join_all(self.servers.iter().map(|s| s.status(keys))).await;
+        let mut views = Vec::new();
+        let mut outcomes = Vec::new();
+        for (s, r) in self.servers.iter().zip(results) {
+            match r {
+                Ok(v) => views.push(v),
+                Err(e) => outcomes.push(ServerOutcome::Failed {
+                    server: s.server().to_owned(),
+                    error: e.to_string(),
+                }),
+            }
+        }
+        if views.len() < self.quorum {
+            return Err(self.quorum_error(Some(keys), "status", outcomes));
+        }
+        let held: Vec<&RawStatus> = views.iter().filter(|v| v.held).collect();
+        let last_token = views.iter().filter_map(|v| v.last_token).max();
+        if held.len() < self.quorum {
+            return Ok(RawStatus {
+                remaining: None,
+                held: false,
+                last_token,
+                current_token: None,
+                owners: Vec::new(),
+            });
+        }
+        let mut remaining: Vec<Option<Duration>> = held.iter().map(|v| v.remaining).collect();
+        remaining.sort();
+        Ok(RawStatus {
+            // The lease the majority still agrees on.
+            remaining: remaining[remaining.len() + 1 - self.quorum.min(remaining.len())..]
+                .first()
+                .copied()
+                .flatten(),
+            held: true,
+            last_token,
+            current_token: held.iter().filter_map(|v| v.current_token).max(),
+            owners: held[0].owners.clone(),
+        })
+    }
+
+    /// Deletes the lock on every server.
+    pub(crate) async fn force_unlock(
+        &self,
+        keys: &Arc<LockKeys>,
+    ) -> Result<Vec<(String, u64)>, Error> {
+        let results =
+            futures_util::future::join_all(self.servers.iter().map(|s| s.force_unlock(keys))).await;
+        let mut removed = Vec::new();
+        let mut outcomes = Vec::new();
+        for (s, r) in self.servers.iter().zip(results) {
+            match r {
+                Ok(owners) => {
+                    for o in owners {
+                        if !removed.contains(&o) {
+                            removed.push(o);
+                        }
+                    }
+                }
+                Err(e) => outcomes.push(ServerOutcome::Failed {
+                    server: s.server().to_owned(),
+                    error: e.to_string(),
+                }),
+            }
+        }
+        if self.servers.len() - outcomes.len() < self.quorum {
+            return Err(self.quorum_error(Some(keys), "force-unlock", outcomes));
+        }
+        Ok(removed)
+    }
+
+    /// Subscribes on every server: a release on any of them wakes the waiters. Succeeds when a
+    /// majority subscribed (waits are bounded by leases anyway).
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+        let results =
+            futures_util::future::join_all(self.servers.iter().map(|s| s.subscribe(channel))).await;
+        self.majority_ok("subscribe", results)
+    }
+
+    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+        let results =
+            futures_util::future::join_all(self.servers.iter().map(|s| s.unsubscribe(channel)))
+                .await;
+        self.majority_ok("unsubscribe", results)
+    }
+
+    fn majority_ok(
+        &self,
+        what: &'static str,
+        results: Vec<Result<(), Error>>,
+    ) -> Result<(), Error> {
+        let outcomes: Vec<ServerOutcome> = self
+            .servers
+            .iter()
+            .zip(results)
+            .filter_map(|(s, r)| {
+                r.err().map(|e| ServerOutcome::Failed {
+                    server: s.server().to_owned(),
+                    error: e.to_string(),
+                })
+            })
+            .collect();
+        if self.servers.len() - outcomes.len() >= self.quorum {
+            Ok(())
+        } else {
+            Err(self.quorum_error(None, what, outcomes))
+        }
+    }
+}

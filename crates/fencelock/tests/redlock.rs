@@ -1,0 +1,245 @@
+//! RedLock over independent real servers: quorum, parallelism, clean-up, tokens, renewals.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fencelock::{ClientOptions, Error, InputError, LockOptions, Released, ServerOutcome};
+
+fn fast_failing() -> ClientOptions {
+    ClientOptions::default()
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(500))
+}
+
+#[tokio::test]
+async fn a_majority_of_five_is_enough_and_a_minority_fails_with_each_servers_answer() {
+    let mut servers = servers(5);
+    let client = redlock(&servers, fast_failing()).await;
+    let lock = client.lock("quorum");
+    for server in servers.iter_mut().take(2) {
+        server.kill();
+        let guard = within(5.0, "acquire", lock.acquire()).await.unwrap();
+        assert_eq!(guard.release().await.unwrap(), Released::Released);
+    }
+    servers[2].kill();
+    match lock.try_acquire().await {
+        Err(Error::Quorum {
+            lock,
+            needed,
+            outcomes,
+            ..
+        }) => {
+            assert_eq!(lock.as_deref(), Some("quorum"));
+            assert_eq!(needed, 3);
+            let failed: Vec<&String> = outcomes
+                .iter()
+                .filter_map(|o| match o {
+                    ServerOutcome::Failed { server, .. } => Some(server),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(failed.len(), 3, "{outcomes:?}");
+            for s in &servers[..3] {
+                assert!(failed.contains(&&format!("127.0.0.1:{}", s.port())));
+            }
+        }
+        other => panic!("expected a quorum error, got {other:?}"),
+    }
+    // The two servers that granted the failed attempt were cleaned up.
+    eventually(5.0, "undone on live servers", || {
+        !has_key(&servers[3], "quorum") && !has_key(&servers[4], "quorum")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_paused_minority_does_not_slow_acquisition_and_leaves_no_stale_keys() {
+    let servers = servers(5);
+    let client = redlock(&servers, ClientOptions::default()).await;
+    let lock = client.lock("paused");
+    // Warm the scripts everywhere first.
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let before: Vec<u64> = servers.iter().map(|s| s.command_calls("evalsha")).collect();
+    servers[0].pause();
+    servers[1].pause();
+    let started = tokio::time::Instant::now();
+    let guard = lock.acquire().await.unwrap();
+    let acquired = started.elapsed();
+    guard.release().await.unwrap();
+    let pair = started.elapsed();
+    // The response timeout is 2 s: the paused servers were not waited for.
+    assert!(
+        acquired < Duration::from_millis(500),
+        "acquire took {acquired:?}"
+    );
+    assert!(pair < Duration::from_millis(1000), "pair took {pair:?}");
+    for s in &servers[2..] {
+        assert!(!has_key(s, "paused"));
+    }
+    // The paused servers run the queued acquire and then the release when they resume.
+    servers[0].resume();
+    servers[1].resume();
+    // Both ran the late acquire and then the release...
+    eventually(5.0, "queued requests ran", || {
+        (0..2).all(|i| servers[i].command_calls("evalsha") >= before[i] + 2)
+    })
+    .await;
+    // ...so no server keeps a stale lock.
+    assert!(servers.iter().all(|s| !has_key(s, "paused")));
+}
+
+#[tokio::test]
+async fn a_failed_attempt_removes_late_grants_too() {
+    let servers = servers(3);
+    let holder = redlock(&servers, ClientOptions::default()).await;
+    let other = redlock(&servers, fast_failing()).await;
+    let opts = LockOptions::default().lease(Duration::from_secs(30));
+    // Someone holds it on two servers (the third was lost).
+    let guard = holder
+        .lock("contested")
+        .with_options(opts)
+        .acquire()
+        .await
+        .unwrap();
+    servers[2]
+        .command(&["DEL", "fencelock:{contested}"])
+        .unwrap();
+    // Our attempt: the third server is slow; the two others say "held".
+    let before = servers[2].command_calls("evalsha");
+    servers[2].pause();
+    assert!(other
+        .lock("contested")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_err());
+    servers[2].resume();
+    // The third server grants the late acquire, then runs the undo queued behind it.
+    eventually(5.0, "late acquire and undo ran", || {
+        servers[2].command_calls("evalsha") >= before + 2
+    })
+    .await;
+    assert!(!has_key(&servers[2], "contested"));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn tokens_increase_across_restarts_that_lose_data() {
+    let mut servers = servers(3);
+    let a = redlock(&servers, fast_failing()).await;
+    let b = redlock(&servers, fast_failing()).await;
+    let mut tokens = Vec::new();
+    for round in 0..9 {
+        let client = if round % 2 == 0 { &a } else { &b };
+        let guard = within(10.0, "acquire", async {
+            loop {
+                match client.lock("fenced").try_acquire().await {
+                    Ok(Ok(g)) => break g,
+                    _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        })
+        .await;
+        tokens.push(guard.fencing_token());
+        guard.release().await.unwrap();
+        // Lose a server's data between acquisitions (every server in turn).
+        servers[round % 3].restart().unwrap();
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[tokio::test]
+async fn tokens_agree_across_a_lagging_server() {
+    let servers = servers(3);
+    let client = redlock(&servers, ClientOptions::default()).await;
+    let guard = client.lock("lagging").acquire().await.unwrap();
+    let first = guard.fencing_token();
+    guard.release().await.unwrap();
+    // One server's counter jumps far ahead (as if another client's clock ran fast).
+    let ahead = first + 10_000_000_000;
+    servers[0]
+        .command(&["SET", "fencelock:{lagging}:fence", &ahead.to_string()])
+        .unwrap();
+    let other = redlock(&servers, ClientOptions::default()).await;
+    let guard = other.lock("lagging").acquire().await.unwrap();
+    assert_eq!(guard.fencing_token(), ahead + 1);
+    // The token was written back to a majority before the acquisition counted.
+    let on: usize = servers
+        .iter()
+        .filter(|s| {
+            s.command(&["GET", "fencelock:{lagging}:fence"])
+                .unwrap()
+                .text()
+                == Some((ahead + 1).to_string())
+        })
+        .count();
+    assert!(on >= 2, "token on {on} servers");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn reentry_waiting_and_renewals_work_as_on_one_server() {
+    let servers = servers(3);
+    let client = redlock(
+        &servers,
+        ClientOptions::default().default_lease(Duration::from_millis(600)),
+    )
+    .await;
+    let lock = client.lock("same-api");
+    let first = lock.acquire().await.unwrap();
+    let again = lock.acquire().await.unwrap();
+    assert_eq!(again.hold_count(), 2);
+    assert_eq!(again.fencing_token(), first.fencing_token());
+    assert_eq!(
+        again.release().await.unwrap(),
+        Released::StillHeld { count: 1 }
+    );
+
+    // The watchdog keeps it across several leases, with one server paused.
+    servers[2].pause();
+    tokio::select! {
+        _ = first.lost() => panic!("lost: {:?}", first.lost_reason()),
+        _ = tokio::time::sleep(Duration::from_millis(2000)) => {}
+    }
+    servers[2].resume();
+
+    // A waiter on another client is woken by the release.
+    let other = redlock(&servers, ClientOptions::default()).await;
+    let waiter = other.lock("same-api");
+    let task =
+        tokio::spawn(async move { waiter.acquire().await.unwrap().release().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!task.is_finished());
+    first.release().await.unwrap();
+    within(3.0, "waiter woken", task).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_lost_signal_fires_when_a_majority_is_gone() {
+    let servers = servers(3);
+    let options = ClientOptions::default()
+        .default_lease(Duration::from_millis(600))
+        .response_timeout(Duration::from_secs(5));
+    let client = redlock(&servers, options).await;
+    let guard = client.lock("majority-gone").acquire().await.unwrap();
+    servers[0].pause();
+    servers[1].pause();
+    within(3.0, "lost without a majority", guard.lost()).await;
+    servers[0].resume();
+    servers[1].resume();
+    assert!(!guard.is_held());
+}
+
+#[tokio::test]
+async fn an_even_number_of_servers_is_rejected() {
+    let servers = servers(2);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    match fencelock::Client::connect_all(&urls).await {
+        Err(Error::InvalidInput(InputError::InvalidOption { option: "urls", .. })) => {}
+        other => panic!("expected an input error, got {other:?}"),
+    }
+    assert!(fencelock::Client::connect_all(&[]).await.is_err());
+}
