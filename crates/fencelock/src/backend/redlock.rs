@@ -128,7 +128,6 @@ impl RedLock {
         }
     }
 
-    /// One RedLock attempt.
     /// Sends `request` to every server at once; the futures own what they use, so that the
     /// ones still in flight when the caller has decided can be finished in the background.
     fn fan_out<T, F, Fut>(&self, request: F) -> FuturesUnordered<BoxFuture<(usize, T)>>
@@ -155,6 +154,7 @@ impl RedLock {
         }
     }
 
+    /// One RedLock attempt.
     pub(crate) async fn acquire(
         &self,
         keys: &Arc<LockKeys>,
