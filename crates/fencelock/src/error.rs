@@ -155,6 +155,21 @@ pub enum Error {
         /// Each server's answer (servers that answered as hoped may be left out).
         outcomes: Vec<ServerOutcome>,
     },
+    /// `min_replica_acks`: not enough replicas confirmed the lock in time, so it was given
+    /// back (a failover now could have lost it).
+    #[error("lock {lock:?} on {server}: {acked} of {needed} replicas acknowledged within {timeout:?}; the lock was released")]
+    ReplicaAcks {
+        /// The lock name.
+        lock: String,
+        /// The server (master) address.
+        server: String,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        needed: u32,
+        /// How long the server waited.
+        timeout: Duration,
+    },
     /// The guard's lease is gone: the lost-lock signal has fired, so the guard can no longer be
     /// extended.
     #[error("lock {lock:?} is no longer held by this guard ({reason})")]

@@ -7,13 +7,14 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::redis::RawStatus;
+use crate::backend::redis::ReplicaAcks;
 use crate::backend::{AcquireReply, Released};
 use crate::client::ClientInner;
 use crate::error::{Error, InputError, Result};
 use crate::guard::Guard;
 use crate::lease::LeaseState;
 use crate::name::{validate_owner, LockKeys};
-use crate::options::{validate_lease, LockOptions};
+use crate::options::{validate_acks, validate_lease, LockOptions};
 use crate::watchdog::Request;
 
 /// A handle on one named lock, carrying an owner identity. Cheap to clone; clones share the
@@ -129,7 +130,14 @@ impl Lock {
     /// The same lock with other options (same owner). Invalid options are reported by the
     /// first operation, before any I/O.
     pub fn with_options(mut self, options: LockOptions) -> Self {
-        self.problem = options.lease.and_then(|l| validate_lease(l).err());
+        self.problem = options
+            .lease
+            .and_then(|l| validate_lease(l).err())
+            .or_else(|| {
+                options
+                    .replica_acks
+                    .and_then(|(n, timeout)| validate_acks(n, timeout).err())
+            });
         self.options = options;
         self
     }
@@ -280,6 +288,9 @@ impl Lock {
                 lease.as_millis() as u64,
                 pending.id,
                 valid_until,
+                self.options
+                    .replica_acks
+                    .map(|(replicas, timeout)| ReplicaAcks { replicas, timeout }),
             )
             .await;
         match reply {

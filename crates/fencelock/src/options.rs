@@ -19,6 +19,7 @@ pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LockOptions {
     pub(crate) lease: Option<Duration>,
+    pub(crate) replica_acks: Option<(u32, Duration)>,
 }
 
 impl LockOptions {
@@ -27,6 +28,18 @@ impl LockOptions {
     /// lease applies and the watchdog renews it every lease/3 until release.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
+        self
+    }
+
+    /// After acquiring, wait (`WAIT`) until `replicas` replicas of the master have the lock,
+    /// at most `timeout`; if they do not, release it and fail with
+    /// [`crate::Error::ReplicaAcks`]. This narrows the window in which a failover loses a lock
+    /// (the promoted replica has it), but does not close it: a replica that acknowledged may
+    /// not be the one promoted, and `WAIT` does not make the write durable. Fencing tokens
+    /// close it. With RedLock, each server counts as granting only once its replicas
+    /// acknowledged.
+    pub fn min_replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_acks = Some((replicas, timeout));
         self
     }
 
@@ -145,6 +158,23 @@ impl ClientOptions {
     pub(crate) fn request_bound(&self) -> Duration {
         self.connect_timeout + self.response_timeout
     }
+}
+
+/// Checks `min_replica_acks`: at least one replica, a timeout of whole milliseconds.
+pub(crate) fn validate_acks(replicas: u32, timeout: Duration) -> Result<(), InputError> {
+    if replicas == 0 {
+        return Err(InputError::InvalidOption {
+            option: "min_replica_acks",
+            reason: "at least one replica must acknowledge",
+        });
+    }
+    if timeout.is_zero() || !timeout.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(InputError::InvalidOption {
+            option: "min_replica_acks",
+            reason: "the timeout must be a whole number of milliseconds above zero (WAIT 0 would wait forever)",
+        });
+    }
+    Ok(())
 }
 
 /// Checks a lease: whole milliseconds in [`MIN_LEASE`, `MAX_LEASE`].

@@ -15,7 +15,7 @@ use crate::name::LockKeys;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 
-use self::redis::{RawStatus, RedisBackend};
+use self::redis::{RawStatus, RedisBackend, ReplicaAcks};
 use self::redlock::RedLock;
 
 /// The outcome of one acquire attempt.
@@ -99,10 +99,14 @@ impl Backend {
         lease_ms: u64,
         attempt: u64,
         valid_until: tokio::time::Instant,
+        acks: Option<ReplicaAcks>,
     ) -> Result<AcquireReply, Error> {
         match self {
-            Backend::One(b) => b.acquire(keys, owner, lease_ms, attempt, None).await,
-            Backend::RedLock(r) => r.acquire(keys, owner, lease_ms, attempt, valid_until).await,
+            Backend::One(b) => b.acquire(keys, owner, lease_ms, attempt, None, acks).await,
+            Backend::RedLock(r) => {
+                r.acquire(keys, owner, lease_ms, attempt, valid_until, acks)
+                    .await
+            }
         }
     }
 

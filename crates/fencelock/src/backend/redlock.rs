@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
-use super::redis::{RawStatus, RedisBackend};
+use super::redis::{RawStatus, RedisBackend, ReplicaAcks};
 use super::{AcquireReply, ReleaseSink, Released, RenewItem, Renewal};
 use crate::error::{Error, ServerOutcome};
 use crate::name::LockKeys;
@@ -162,13 +162,14 @@ impl RedLock {
         lease_ms: u64,
         attempt: u64,
         valid_until: Instant,
+        acks: Option<ReplicaAcks>,
     ) -> Result<AcquireReply, Error> {
         let n = self.servers.len();
         let proposal = now_micros().max(self.highest.load(Ordering::Relaxed) + 1);
         let mut pending = self.fan_out(|s| {
             let (keys, owner) = (keys.clone(), owner.clone());
             async move {
-                s.acquire(&keys, &owner, lease_ms, attempt, Some(proposal))
+                s.acquire(&keys, &owner, lease_ms, attempt, Some(proposal), acks)
                     .await
             }
         });

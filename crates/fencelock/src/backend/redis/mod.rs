@@ -3,37 +3,53 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, PushInfo, PushKind, RedisError, Script, ServerErrorKind, Value};
+use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use super::{AcquireReply, ReleaseSink, Released, Renewal};
-use crate::error::{Error, InputError};
+use crate::error::Error;
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
 
+mod conn;
 mod url;
 
+use conn::{ClusterConn, Node, SentinelConn};
 pub use url::redact_url;
+
+/// A Lua script: its SHA for EVALSHA, and its source for SCRIPT LOAD after NOSCRIPT.
+struct Lua {
+    script: Script,
+    code: &'static str,
+}
+
+impl Lua {
+    fn new(code: &'static str) -> Self {
+        Self {
+            script: Script::new(code),
+            code,
+        }
+    }
+}
 
 /// The scripts, hashed once per process and sent with EVALSHA.
 struct Scripts {
-    acquire: Script,
-    release: Script,
-    extend: Script,
-    status: Script,
-    force_unlock: Script,
-    raise_fence: Script,
+    acquire: Lua,
+    release: Lua,
+    extend: Lua,
+    status: Lua,
+    force_unlock: Lua,
+    raise_fence: Lua,
 }
 
 fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Script::new(include_str!("acquire.lua")),
-        release: Script::new(include_str!("release.lua")),
-        extend: Script::new(include_str!("extend.lua")),
-        status: Script::new(include_str!("status.lua")),
-        force_unlock: Script::new(include_str!("force_unlock.lua")),
-        raise_fence: Script::new(include_str!("raise_fence.lua")),
+        acquire: Lua::new(include_str!("acquire.lua")),
+        release: Lua::new(include_str!("release.lua")),
+        extend: Lua::new(include_str!("extend.lua")),
+        status: Lua::new(include_str!("status.lua")),
+        force_unlock: Lua::new(include_str!("force_unlock.lua")),
+        raise_fence: Lua::new(include_str!("raise_fence.lua")),
     })
 }
 
@@ -47,12 +63,26 @@ pub(crate) struct RawStatus {
     pub(crate) owners: Vec<(String, u64)>,
 }
 
-/// One Redis server.
+/// How the backend reaches its server.
+enum Conn {
+    Plain(Node),
+    Sentinel(SentinelConn),
+    Cluster(ClusterConn),
+}
+
+/// One Redis deployment that behaves as one server for a lock: a single server, the master
+/// of a Sentinel set, or a Redis Cluster (each lock lives in one slot).
 pub(crate) struct RedisBackend {
-    conn: ConnectionManager,
-    subscriber: ConnectionManager,
+    conn: Conn,
     server: String,
     request_bound: Duration,
+}
+
+/// Replication acknowledgement wanted after an acquire (`WAIT numreplicas timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAcks {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
 }
 
 impl RedisBackend {
@@ -63,75 +93,62 @@ impl RedisBackend {
         options: &ClientOptions,
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<(Self, Vec<String>), Error> {
-        let mut info = url::parse(url)?;
-        if let Some(password) = &options.password {
-            info = info
+        let with_password = |info: redis::ConnectionInfo| match &options.password {
+            Some(p) => info
                 .clone()
-                .set_redis_settings(info.redis_settings().clone().set_password(&password.0));
-        }
-        let server = url::server_name(&info);
-        let sub_info = info.clone().set_redis_settings(
-            info.redis_settings()
-                .clone()
-                .set_protocol(redis::ProtocolVersion::RESP3),
-        );
-        let unavailable = |e: RedisError| Error::Unavailable {
-            lock: None,
-            server: server.clone(),
-            detail: e.to_string(),
+                .set_redis_settings(info.redis_settings().clone().set_password(&p.0)),
+            None => info,
         };
-        let client = redis::Client::open(info).map_err(|e| invalid_url(url, e))?;
-        let sub_client = redis::Client::open(sub_info).map_err(|e| invalid_url(url, e))?;
-
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.response_timeout))
-            // Reconnection is retried on the next request; each request is bounded in time.
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(200));
-        let push = move |info: PushInfo| -> Result<(), ()> {
-            let Some(sink) = sink.upgrade() else {
-                return Err(());
-            };
-            match info.kind {
-                PushKind::Message | PushKind::SMessage => {
-                    if let [Value::BulkString(channel), Value::BulkString(message), ..] =
-                        info.data.as_slice()
-                    {
-                        if let Ok(channel) = std::str::from_utf8(channel) {
-                            sink.released(channel, message);
-                        }
-                    }
-                }
-                PushKind::Disconnection => sink.disconnected(),
-                _ => {}
-            }
-            Ok(())
-        };
-        let sub_config = config
-            .clone()
-            .set_push_sender(push)
-            .set_automatic_resubscription();
-
+        let target = url::parse_target(url)?;
         let bound = options.request_bound();
+        let display = redact_url(url);
         let connect = async {
-            let conn = client.get_connection_manager_with_config(config).await?;
-            let subscriber = sub_client
-                .get_connection_manager_with_config(sub_config)
-                .await?;
-            Ok::<_, RedisError>((conn, subscriber))
+            Ok::<_, RedisError>(match target {
+                url::Target::Single(info) => {
+                    Conn::Plain(Node::connect(with_password(info), options, sink).await?)
+                }
+                url::Target::Cluster(nodes) => Conn::Cluster(
+                    ClusterConn::connect(
+                        nodes.into_iter().map(with_password).collect(),
+                        options,
+                        sink,
+                    )
+                    .await?,
+                ),
+                url::Target::Sentinel {
+                    sentinels,
+                    master,
+                    node,
+                } => {
+                    let node = match &options.password {
+                        Some(p) => node.set_password(&p.0),
+                        None => node,
+                    };
+                    Conn::Sentinel(
+                        SentinelConn::connect(sentinels, &master, node, options, sink).await?,
+                    )
+                }
+            })
         };
-        let (conn, subscriber) = tokio::time::timeout(bound, connect)
+        let conn = tokio::time::timeout(bound, connect)
             .await
             .map_err(|_| Error::Unavailable {
                 lock: None,
-                server: server.clone(),
+                server: display.clone(),
                 detail: format!("no connection within {bound:?}"),
             })?
-            .map_err(unavailable)?;
+            .map_err(|e| Error::Unavailable {
+                lock: None,
+                server: display.clone(),
+                detail: e.to_string(),
+            })?;
+        let server = match &conn {
+            Conn::Plain(node) => node.server.clone(),
+            Conn::Sentinel(s) => s.name.clone(),
+            Conn::Cluster(c) => c.name.clone(),
+        };
         let backend = Self {
             conn,
-            subscriber,
             server,
             request_bound: bound,
         };
@@ -147,16 +164,9 @@ impl RedisBackend {
     /// Any `maxmemory-policy` but `noeviction` may evict lock keys (volatile-* too: lock keys
     /// have TTLs). Servers with `CONFIG` disabled or renamed are skipped quietly.
     async fn check_eviction_policy(&self) -> Result<Vec<String>, Error> {
-        let mut conn = self.conn.clone();
-        let reply: Result<Vec<String>, RedisError> = self
-            .bounded(
-                None,
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg("maxmemory-policy")
-                    .query_async(&mut conn),
-            )
-            .await?;
+        let mut config = redis::cmd("CONFIG");
+        config.arg("GET").arg("maxmemory-policy");
+        let reply: Result<Vec<String>, RedisError> = self.query(None, &config).await?;
         let Ok(pair) = reply else {
             return Ok(Vec::new());
         };
@@ -190,26 +200,59 @@ impl RedisBackend {
             })
     }
 
+    /// Sends one command; the outer error is the time bound, the inner one the server's.
+    /// Through Sentinel, a master that stopped being one (READONLY, connection lost) is
+    /// replaced by the one the sentinels name, and the command is sent once more.
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        lock: Option<&LockKeys>,
+        cmd: &redis::Cmd,
+    ) -> Result<Result<T, RedisError>, Error> {
+        match &self.conn {
+            Conn::Plain(node) => {
+                let mut c = node.cmd.clone();
+                self.bounded(lock, cmd.query_async(&mut c)).await
+            }
+            Conn::Cluster(cluster) => {
+                let mut c = cluster.cmd.clone();
+                self.bounded(lock, cmd.query_async(&mut c)).await
+            }
+            Conn::Sentinel(sentinel) => {
+                let node = sentinel.current();
+                let mut c = node.cmd.clone();
+                let first = self.bounded(lock, cmd.query_async(&mut c)).await?;
+                match first {
+                    Err(e) if master_gone(&e) => {
+                        if let Err(e) = self.bounded(lock, sentinel.switch(&node)).await? {
+                            return Ok(Err(e));
+                        }
+                        let mut c = sentinel.current().cmd.clone();
+                        self.bounded(lock, cmd.query_async(&mut c)).await
+                    }
+                    other => Ok(other),
+                }
+            }
+        }
+    }
+
     /// Runs a script by its SHA; on NOSCRIPT (script cache flushed, server restarted or failed
     /// over) loads it and runs it once more.
     async fn run<T: redis::FromRedisValue>(
         &self,
         keys: &LockKeys,
-        script: &Script,
+        script: &Lua,
         call: &redis::Cmd,
     ) -> Result<T, Error> {
-        let mut conn = self.conn.clone();
-        let first: Result<T, RedisError> = self
-            .bounded(Some(keys), call.query_async(&mut conn))
-            .await?;
-        let result = match first {
+        let result = match self.query(Some(keys), call).await? {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 tracing::debug!(server = %self.server, "NOSCRIPT: loading the script");
-                self.bounded(Some(keys), script.load_async(&mut conn))
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(script.code);
+                let _: String = self
+                    .query(Some(keys), &load)
                     .await?
                     .map_err(|e| self.error(Some(keys), e))?;
-                self.bounded(Some(keys), call.query_async(&mut conn))
-                    .await?
+                self.query(Some(keys), call).await?
             }
             other => other,
         };
@@ -224,6 +267,7 @@ impl RedisBackend {
         lease_ms: u64,
         attempt: u64,
         proposal: Option<u64>,
+        acks: Option<ReplicaAcks>,
     ) -> Result<AcquireReply, Error> {
         let script = &scripts().acquire;
         let mut call = evalsha(script, 2);
@@ -237,7 +281,51 @@ impl RedisBackend {
             None => call.arg(""),
         };
         let reply: Vec<Value> = self.run(keys, script, &call).await?;
-        self.parse_acquire(keys, &reply)
+        let reply = self.parse_acquire(keys, &reply)?;
+        if let (AcquireReply::Acquired { .. }, Some(acks)) = (reply, acks) {
+            self.await_replicas(keys, owner, attempt, acks).await?;
+        }
+        Ok(reply)
+    }
+
+    /// `WAIT` until `acks.replicas` replicas have the lock; otherwise undo this acquisition
+    /// and fail. WAIT counts the writes of the connection it is sent on, which is the one the
+    /// acquire went through.
+    async fn await_replicas(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        attempt: u64,
+        acks: ReplicaAcks,
+    ) -> Result<(), Error> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(acks.replicas).arg(acks.timeout.as_millis() as u64);
+        let acked: Result<i64, RedisError> = match &self.conn {
+            Conn::Cluster(cluster) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(conn::slot(&keys.lock), SlotAddr::Master),
+                ));
+                let mut c = cluster.cmd.clone();
+                self.bounded(Some(keys), c.route_command(wait, route))
+                    .await?
+                    .and_then(|v| redis::from_redis_value(v).map_err(RedisError::from))
+            }
+            _ => self.query(Some(keys), &wait).await?,
+        };
+        let acked = acked.map_err(|e| self.error(Some(keys), e))?;
+        if acked >= i64::from(acks.replicas) {
+            return Ok(());
+        }
+        // Not replicated in time: a failover now could lose it. Give it back.
+        let _ = self.release(keys, owner, Some(attempt), None).await;
+        Err(Error::ReplicaAcks {
+            lock: keys.name.clone(),
+            server: self.server.clone(),
+            acked: acked.max(0) as u32,
+            needed: acks.replicas,
+            timeout: acks.timeout,
+        })
     }
 
     fn parse_acquire(&self, keys: &LockKeys, reply: &[Value]) -> Result<AcquireReply, Error> {
@@ -305,7 +393,10 @@ impl RedisBackend {
 
     /// `'S'` when release messages go through sharded pub/sub.
     fn publish_mode(&self) -> &'static str {
-        ""
+        match self.conn {
+            Conn::Cluster(_) => "S",
+            _ => "",
+        }
     }
 
     /// Extends the lease to at least `lease_ms` if `owner` holds the lock.
@@ -326,12 +417,23 @@ impl RedisBackend {
         })
     }
 
-    /// Renews many leases in one pipelined round trip. The outer error means the round trip
+    /// Renews many leases: one pipelined round trip on a single server, concurrent requests on
+    /// a cluster (the locks live on different nodes). The outer error means the round trip
     /// failed as a whole; inner errors are per lock (e.g. WRONGTYPE).
     pub(crate) async fn renew_batch(
         &self,
         items: &[super::RenewItem],
     ) -> Result<Vec<Result<Renewal, Error>>, Error> {
+        let node = match &self.conn {
+            Conn::Plain(node) => node.cmd.clone(),
+            Conn::Sentinel(sentinel) => sentinel.current().cmd.clone(),
+            Conn::Cluster(_) => {
+                let each = items
+                    .iter()
+                    .map(|(keys, owner, lease_ms)| self.extend(keys, owner, *lease_ms));
+                return Ok(futures_util::future::join_all(each).await);
+            }
+        };
         let script = &scripts().extend;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -341,7 +443,7 @@ impl RedisBackend {
                 .arg(&**owner)
                 .arg(*lease_ms);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = node;
         let mut replies: Vec<Value> = self
             .bounded(None, pipe.query_async(&mut conn))
             .await?
@@ -349,7 +451,7 @@ impl RedisBackend {
         let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
         if replies.iter().any(noscript) {
             // The script cache was flushed: load it and send the batch once more.
-            self.bounded(None, script.load_async(&mut conn))
+            self.bounded(None, script.script.load_async(&mut conn))
                 .await?
                 .map_err(|e| self.error(None, e))?;
             replies = self
@@ -363,6 +465,16 @@ impl RedisBackend {
                 server: self.server.clone(),
                 detail: format!("{} replies to {} renewals", replies.len(), items.len()),
             });
+        }
+        let failed_master = replies
+            .iter()
+            .any(|v| matches!(v, Value::ServerError(e) if e.code() == "READONLY"));
+        if failed_master {
+            // A demoted master: let the per-lock path find the new one.
+            let each = items
+                .iter()
+                .map(|(keys, owner, lease_ms)| self.extend(keys, owner, *lease_ms));
+            return Ok(futures_util::future::join_all(each).await);
         }
         Ok(items
             .iter()
@@ -429,18 +541,44 @@ impl RedisBackend {
     /// Subscribes the subscriber connection to a release channel; returns once the server
     /// confirmed, so a release published afterwards cannot be missed.
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
-        let mut sub = self.subscriber.clone();
-        self.bounded(None, sub.subscribe(channel))
-            .await?
-            .map_err(|e| self.error(None, e))
+        let result = match &self.conn {
+            Conn::Plain(node) => {
+                self.bounded(None, node.sub.clone().subscribe(channel))
+                    .await?
+            }
+            Conn::Cluster(cluster) => {
+                self.bounded(None, cluster.sub.clone().ssubscribe(channel))
+                    .await?
+            }
+            Conn::Sentinel(sentinel) => {
+                sentinel.track(channel, true);
+                let node = sentinel.current();
+                self.bounded(None, node.sub.clone().subscribe(channel))
+                    .await?
+            }
+        };
+        result.map_err(|e| self.error(None, e))
     }
 
     /// Unsubscribes from a release channel.
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
-        let mut sub = self.subscriber.clone();
-        self.bounded(None, sub.unsubscribe(channel))
-            .await?
-            .map_err(|e| self.error(None, e))
+        let result = match &self.conn {
+            Conn::Plain(node) => {
+                self.bounded(None, node.sub.clone().unsubscribe(channel))
+                    .await?
+            }
+            Conn::Cluster(cluster) => {
+                self.bounded(None, cluster.sub.clone().sunsubscribe(channel))
+                    .await?
+            }
+            Conn::Sentinel(sentinel) => {
+                sentinel.track(channel, false);
+                let node = sentinel.current();
+                self.bounded(None, node.sub.clone().unsubscribe(channel))
+                    .await?
+            }
+        };
+        result.map_err(|e| self.error(None, e))
     }
 
     fn protocol(&self, keys: &LockKeys, detail: &str) -> Error {
@@ -483,16 +621,16 @@ impl RedisBackend {
 }
 
 /// `EVALSHA sha numkeys`, to be followed by the keys and arguments.
-fn evalsha(script: &Script, keys: usize) -> redis::Cmd {
+fn evalsha(script: &Lua, keys: usize) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys);
+    cmd.arg(script.script.get_hash()).arg(keys);
     cmd
 }
 
-fn invalid_url(url: &str, e: RedisError) -> Error {
-    InputError::InvalidUrl {
-        url: redact_url(url),
-        reason: e.to_string(),
-    }
-    .into()
+/// Through Sentinel: this error means the node is no longer (reachable as) the master.
+fn master_gone(e: &RedisError) -> bool {
+    e.code() == Some("READONLY")
+        || e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
 }

@@ -4,7 +4,97 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::error::InputError;
 
-/// Parses a `redis://` URL, with a clear error for anything else.
+/// Where a URL points.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// `redis://host:port/db`: one server.
+    Single(ConnectionInfo),
+    /// `redis+cluster://host:port,host:port,...`: seed nodes of a Redis Cluster.
+    Cluster(Vec<ConnectionInfo>),
+    /// `redis+sentinel://host:port,host:port,.../master-name[/db]`: sentinels and the name
+    /// of the master they watch.
+    Sentinel {
+        sentinels: Vec<ConnectionInfo>,
+        master: String,
+        /// Password and database for the master (from the URL's userinfo and db).
+        node: redis::RedisConnectionInfo,
+    },
+}
+
+/// Parses one of the URL forms of [`Target`], with a clear error for anything else.
+pub(crate) fn parse_target(url: &str) -> Result<Target, InputError> {
+    let invalid = |reason: String| InputError::InvalidUrl {
+        url: redact_url(url),
+        reason,
+    };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(invalid("expected redis://host:port".into()));
+    };
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((u, r)) if !r.contains('@') => (Some(u), r),
+        _ => (None, rest),
+    };
+    let with_userinfo = |hostport: &str, path: &str| match userinfo {
+        Some(u) => format!("redis://{u}@{hostport}{path}"),
+        None => format!("redis://{hostport}{path}"),
+    };
+    let hosts = |list: &str| -> Result<Vec<ConnectionInfo>, InputError> {
+        if list.is_empty() {
+            return Err(invalid("the URL names no host".into()));
+        }
+        list.split(',')
+            .map(|h| {
+                parse(&with_userinfo(h, "")).map_err(|e| match e {
+                    InputError::InvalidUrl { reason, .. } => invalid(reason),
+                    other => other,
+                })
+            })
+            .collect()
+    };
+    match scheme {
+        "redis" => parse(url).map(Target::Single),
+        "redis+cluster" => {
+            let list = rest.trim_end_matches('/');
+            if list.contains('/') {
+                return Err(invalid("a cluster URL has no database or path".into()));
+            }
+            Ok(Target::Cluster(hosts(list)?))
+        }
+        "redis+sentinel" => {
+            let (list, path) = rest.split_once('/').ok_or_else(|| {
+                invalid("expected redis+sentinel://host:port,.../master-name".into())
+            })?;
+            let (master, db) = match path.split_once('/') {
+                Some((m, db)) => (m, Some(db)),
+                None => (path, None),
+            };
+            if master.is_empty() {
+                return Err(invalid("the URL names no master (…/master-name)".into()));
+            }
+            // The master gets the URL's password and database; sentinels get neither.
+            let node = parse(&with_userinfo("127.0.0.1", db.map(|d| format!("/{d}")).as_deref().unwrap_or("")))?
+                .redis_settings()
+                .clone();
+            let sentinels = list
+                .split(',')
+                .map(|h| parse(&format!("redis://{h}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            if sentinels.is_empty() {
+                return Err(invalid("the URL names no sentinel".into()));
+            }
+            Ok(Target::Sentinel {
+                sentinels,
+                master: master.to_owned(),
+                node,
+            })
+        }
+        other => Err(invalid(format!(
+            "scheme {other:?} is not one fencelock knows; expected redis://, redis+cluster:// or redis+sentinel://"
+        ))),
+    }
+}
+
+/// Parses a `redis://` URL.
 pub(crate) fn parse(url: &str) -> Result<ConnectionInfo, InputError> {
     let invalid = |reason: String| InputError::InvalidUrl {
         url: redact_url(url),
@@ -85,6 +175,44 @@ mod tests {
             assert!(matches!(err, InputError::InvalidUrl { .. }), "{bad}: {err}");
         }
         assert!(parse("redis://127.0.0.1:7000/2").is_ok());
+    }
+
+    #[test]
+    fn cluster_and_sentinel_urls() {
+        match parse_target("redis+cluster://:pw@a:7000,b:7001,c:7002").unwrap() {
+            Target::Cluster(nodes) => {
+                assert_eq!(nodes.len(), 3);
+                assert_eq!(server_name(&nodes[1]), "b:7001");
+                assert_eq!(nodes[2].redis_settings().password(), Some("pw"));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_target("redis+sentinel://:pw@s1:26379,s2:26380/mymaster/2").unwrap() {
+            Target::Sentinel {
+                sentinels,
+                master,
+                node,
+            } => {
+                assert_eq!(sentinels.len(), 2);
+                assert_eq!(master, "mymaster");
+                assert_eq!(node.db(), 2);
+                assert_eq!(node.password(), Some("pw"));
+                assert_eq!(sentinels[0].redis_settings().password(), None);
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            "redis+sentinel://s1:26379",
+            "redis+sentinel://s1:26379/",
+            "redis+cluster://",
+            "redis+cluster://a:1/0",
+            "redis+nope://a:1",
+        ] {
+            assert!(
+                matches!(parse_target(bad), Err(InputError::InvalidUrl { .. })),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

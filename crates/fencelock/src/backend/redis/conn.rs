@@ -1,0 +1,266 @@
+//! How a `RedisBackend` reaches its server: one server, the master a set of sentinels names,
+//! or a Redis Cluster. Each has a command connection and a subscriber connection whose push
+//! messages go straight to the client's `ReleaseSink`.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{ConnectionInfo, PushInfo, PushKind, RedisError, Value};
+
+use super::super::ReleaseSink;
+use super::url::server_name;
+use crate::options::ClientOptions;
+
+/// Forwards release messages and disconnections from a subscriber connection.
+pub(crate) fn push_handler(
+    sink: Weak<dyn ReleaseSink>,
+) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync + 'static {
+    move |info: PushInfo| {
+        let Some(sink) = sink.upgrade() else {
+            return Err(());
+        };
+        match info.kind {
+            PushKind::Message | PushKind::SMessage => {
+                if let [Value::BulkString(channel), Value::BulkString(message), ..] =
+                    info.data.as_slice()
+                {
+                    if let Ok(channel) = std::str::from_utf8(channel) {
+                        sink.released(channel, message);
+                    }
+                }
+            }
+            PushKind::Disconnection => sink.disconnected(),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+fn manager_config(options: &ClientOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_response_timeout(Some(options.response_timeout))
+        // Reconnection is retried on the next request; each request is bounded in time.
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(200))
+}
+
+fn resp3(info: &ConnectionInfo) -> ConnectionInfo {
+    info.clone().set_redis_settings(
+        info.redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3),
+    )
+}
+
+/// One server's command and subscriber connections.
+pub(crate) struct Node {
+    pub(crate) cmd: ConnectionManager,
+    pub(crate) sub: ConnectionManager,
+    pub(crate) server: String,
+}
+
+impl Node {
+    pub(crate) async fn connect(
+        info: ConnectionInfo,
+        options: &ClientOptions,
+        sink: Weak<dyn ReleaseSink>,
+    ) -> Result<Self, RedisError> {
+        let server = server_name(&info);
+        let sub_info = resp3(&info);
+        let config = manager_config(options);
+        let sub_config = config
+            .clone()
+            .set_push_sender(push_handler(sink))
+            .set_automatic_resubscription();
+        let cmd = redis::Client::open(info)?
+            .get_connection_manager_with_config(config)
+            .await?;
+        let sub = redis::Client::open(sub_info)?
+            .get_connection_manager_with_config(sub_config)
+            .await?;
+        Ok(Self { cmd, sub, server })
+    }
+}
+
+/// The master named by a set of sentinels; replaced when it stops being the master.
+pub(crate) struct SentinelConn {
+    sentinels: tokio::sync::Mutex<SentinelClient>,
+    node: RwLock<Arc<Node>>,
+    /// One switch at a time; a caller that lost the race finds the new node in place.
+    switching: tokio::sync::Mutex<()>,
+    /// Release channels subscribed on the current master, to subscribe again after a switch.
+    channels: Mutex<HashSet<String>>,
+    options: ClientOptions,
+    sink: Weak<dyn ReleaseSink>,
+    pub(crate) name: String,
+}
+
+impl SentinelConn {
+    pub(crate) async fn connect(
+        sentinels: Vec<ConnectionInfo>,
+        master: &str,
+        node_info: redis::RedisConnectionInfo,
+        options: &ClientOptions,
+        sink: Weak<dyn ReleaseSink>,
+    ) -> Result<Self, RedisError> {
+        let names: Vec<String> = sentinels.iter().map(server_name).collect();
+        let mut client = SentinelClient::build(
+            sentinels,
+            master.to_owned(),
+            Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(node_info)),
+            SentinelServerType::Master,
+        )?;
+        let node = Self::resolve(&mut client, options, sink.clone()).await?;
+        Ok(Self {
+            sentinels: tokio::sync::Mutex::new(client),
+            node: RwLock::new(Arc::new(node)),
+            switching: tokio::sync::Mutex::new(()),
+            channels: Mutex::new(HashSet::new()),
+            options: options.clone(),
+            sink,
+            name: format!("{master} via sentinels {}", names.join(",")),
+        })
+    }
+
+    async fn resolve(
+        client: &mut SentinelClient,
+        options: &ClientOptions,
+        sink: Weak<dyn ReleaseSink>,
+    ) -> Result<Node, RedisError> {
+        let master = client.async_get_client().await?;
+        Node::connect(master.get_connection_info().clone(), options, sink).await
+    }
+
+    pub(crate) fn current(&self) -> Arc<Node> {
+        self.node.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn track(&self, channel: &str, subscribed: bool) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if subscribed {
+            channels.insert(channel.to_owned());
+        } else {
+            channels.remove(channel);
+        }
+    }
+
+    /// `failed` stopped acting as the master: ask the sentinels for the current one, connect,
+    /// subscribe its release channels, and wake every waiter (releases may have been missed).
+    pub(crate) async fn switch(&self, failed: &Arc<Node>) -> Result<(), RedisError> {
+        let _one = self.switching.lock().await;
+        if !Arc::ptr_eq(&self.current(), failed) {
+            return Ok(()); // another caller switched already
+        }
+        let node = {
+            let mut sentinels = self.sentinels.lock().await;
+            Self::resolve(&mut sentinels, &self.options, self.sink.clone()).await?
+        };
+        let channels: Vec<String> = self
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        let mut sub = node.sub.clone();
+        for channel in &channels {
+            sub.subscribe(channel).await?;
+        }
+        tracing::warn!(from = %failed.server, to = %node.server, "the sentinels named a new master");
+        *self.node.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(node);
+        if let Some(sink) = self.sink.upgrade() {
+            sink.disconnected();
+        }
+        Ok(())
+    }
+}
+
+/// A Redis Cluster: commands follow MOVED/ASK; release messages use sharded pub/sub.
+pub(crate) struct ClusterConn {
+    pub(crate) cmd: ClusterConnection,
+    pub(crate) sub: ClusterConnection,
+    pub(crate) name: String,
+}
+
+impl ClusterConn {
+    pub(crate) async fn connect(
+        nodes: Vec<ConnectionInfo>,
+        options: &ClientOptions,
+        sink: Weak<dyn ReleaseSink>,
+    ) -> Result<Self, RedisError> {
+        let names: Vec<String> = nodes.iter().map(server_name).collect();
+        let settings = nodes[0].redis_settings().clone();
+        let builder = |protocol| {
+            let mut b = ClusterClientBuilder::new(nodes.clone())
+                .connection_timeout(options.connect_timeout)
+                .response_timeout(options.response_timeout)
+                .use_protocol(protocol);
+            if let Some(user) = settings.username() {
+                b = b.username(user);
+            }
+            if let Some(password) = settings.password() {
+                b = b.password(password);
+            }
+            b
+        };
+        let cmd = builder(redis::ProtocolVersion::RESP2)
+            .build()?
+            .get_async_connection()
+            .await?;
+        let sub = builder(redis::ProtocolVersion::RESP3)
+            .push_sender(push_handler(sink))
+            .build()?
+            .get_async_connection()
+            .await?;
+        Ok(Self {
+            cmd,
+            sub,
+            name: format!("cluster {}", names.join(",")),
+        })
+    }
+}
+
+/// The Redis Cluster hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
+pub(crate) fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = key
+        .find('{')
+        .and_then(|open| {
+            let close = key[open + 1..].find('}')? + open + 1;
+            (close > open + 1).then(|| &bytes[open + 1..close])
+        })
+        .unwrap_or(bytes);
+    let mut crc: u16 = 0;
+    for &b in tagged {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slots_match_redis() {
+        // Values from CLUSTER KEYSLOT.
+        assert_eq!(super::slot("foo"), 12182);
+        assert_eq!(super::slot("{user1000}.following"), super::slot("user1000"));
+        assert_eq!(
+            super::slot("fencelock:{orders:42}"),
+            super::slot("orders:42")
+        );
+        assert_eq!(super::slot("{}x"), super::slot("{}x"));
+    }
+}
