@@ -9,9 +9,11 @@
 
 mod redis;
 mod resp;
+mod topology;
 
 pub use redis::{Persistence, RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespError};
+pub use topology::{ClusterNode, RedisCluster, SentinelSet};
 
 /// Something the test kit could not do.
 #[derive(Debug)]

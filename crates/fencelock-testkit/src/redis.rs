@@ -28,6 +28,8 @@ pub enum Persistence {
 pub struct RedisServerBuilder {
     persistence: Persistence,
     config: Vec<(String, String)>,
+    /// Run as a sentinel with these config-file lines.
+    sentinel: Option<Vec<String>>,
 }
 
 impl RedisServerBuilder {
@@ -37,9 +39,17 @@ impl RedisServerBuilder {
         self
     }
 
-    /// Any other `redis-server` option, e.g. `("maxmemory-policy", "allkeys-lru")`.
+    /// Any other `redis-server` option, e.g. `("maxmemory-policy", "allkeys-lru")`; a value of
+    /// several words (`"127.0.0.1 7000"`) is passed as several arguments, `""` as an empty one.
     pub fn config(mut self, key: &str, value: &str) -> Self {
         self.config.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Run as a Redis Sentinel (`redis-server sentinel.conf --sentinel`) with these lines in
+    /// its config file (e.g. `sentinel monitor mymaster 127.0.0.1 7000 2`).
+    pub fn sentinel(mut self, lines: &[String]) -> Self {
+        self.sentinel = Some(lines.to_vec());
         self
     }
 
@@ -97,6 +107,31 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), TestkitError> {
+        if let Some(lines) = &self.options.sentinel {
+            let conf = self.dir.path().join("sentinel.conf");
+            if !conf.exists() {
+                let mut text = format!(
+                    "port {}\nbind 127.0.0.1\ndaemonize no\ndir {}\nlogfile {}\n",
+                    self.port,
+                    self.dir.path().display(),
+                    self.log_path().display()
+                );
+                for line in lines {
+                    text.push_str(line);
+                    text.push('\n');
+                }
+                fs::write(&conf, text)?;
+            }
+            let child = Command::new(&self.program)
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?;
+            self.child = Some(child);
+            return self.await_ready();
+        }
         let port = self.port.to_string();
         let dir = self.dir.path().to_string_lossy().into_owned();
         let log = self.log_path().to_string_lossy().into_owned();
@@ -132,7 +167,14 @@ impl RedisServer {
         }
         for (k, v) in &self.options.config {
             args.push(format!("--{k}"));
-            args.push(v.clone());
+            // `replicaof 127.0.0.1 7000`, `rename-command CONFIG ""`: one argument per word.
+            for word in v.split_whitespace() {
+                args.push(if word == "\"\"" {
+                    String::new()
+                } else {
+                    word.to_owned()
+                });
+            }
         }
         let child = Command::new(&self.program)
             .args(&args)
@@ -141,6 +183,10 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()?;
         self.child = Some(child);
+        self.await_ready()
+    }
+
+    fn await_ready(&mut self) -> Result<(), TestkitError> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match self.command(&["PING"]) {
@@ -227,6 +273,15 @@ impl RedisServer {
     /// Sends one command on a fresh connection (for inspection in tests).
     pub fn command(&self, args: &[&str]) -> Result<Reply, RespError> {
         command(self.port, args, Duration::from_secs(5))
+    }
+
+    /// One `field:value` line of `INFO` (e.g. `role`, `master_link_status`).
+    pub fn info_field(&self, field: &str) -> Option<String> {
+        let info = self.command(&["INFO"]).ok()?.text()?;
+        let prefix = format!("{field}:");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|v| v.trim().to_owned())
     }
 
     /// One field of `INFO commandstats`: how many times `cmd` (lower case) was called.

@@ -66,7 +66,8 @@ pub(crate) struct RawStatus {
 /// How the backend reaches its server.
 enum Conn {
     Plain(Node),
-    Sentinel(SentinelConn),
+    // Boxed: far larger than the other variants.
+    Sentinel(Box<SentinelConn>),
     Cluster(ClusterConn),
 }
 
@@ -124,9 +125,9 @@ impl RedisBackend {
                         Some(p) => node.set_password(&p.0),
                         None => node,
                     };
-                    Conn::Sentinel(
-                        SentinelConn::connect(sentinels, &master, node, options, sink).await?,
-                    )
+                    let sentinel =
+                        SentinelConn::connect(sentinels, &master, node, options, sink).await?;
+                    Conn::Sentinel(Box::new(sentinel))
                 }
             })
         };

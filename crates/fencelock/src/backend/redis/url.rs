@@ -108,7 +108,8 @@ pub(crate) fn parse(url: &str) -> Result<ConnectionInfo, InputError> {
             "scheme {scheme:?} is not one fencelock knows; expected redis://"
         )));
     }
-    if rest.is_empty() || rest.starts_with('/') || rest.starts_with(':') {
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    if host.is_empty() || host.starts_with('/') || host.starts_with(':') {
         return Err(invalid("the URL names no host".into()));
     }
     url.into_connection_info()
