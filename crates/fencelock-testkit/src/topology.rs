@@ -173,6 +173,12 @@ impl RedisCluster {
             wait_until("cluster state ok", 30, || {
                 text(node.command(&["CLUSTER", "INFO"])).contains("cluster_state:ok")
             })?;
+            // Replicas must be in sync before they can acknowledge writes or take over.
+            if node.info_field("role").as_deref() == Some("slave") {
+                wait_until("replica in sync", 30, || {
+                    node.info_field("master_link_status").as_deref() == Some("up")
+                })?;
+            }
         }
         Ok(cluster)
     }
@@ -187,7 +193,7 @@ impl RedisCluster {
         format!("redis+cluster://{}", hosts.join(","))
     }
 
-    /// The topology as the first reachable node sees it.
+    /// The topology as the first reachable node sees it (roles as each node reports its own).
     pub fn topology(&self) -> Vec<ClusterNode> {
         let listing = self
             .nodes
@@ -201,10 +207,15 @@ impl RedisCluster {
                 let f: Vec<&str> = line.split(' ').collect();
                 let port = f.get(1)?.split(['@', ':']).nth(1)?.parse().ok()?;
                 let flags = f.get(2)?;
+                // Gossip can lag behind a role change: ask the node itself when we can.
+                let master = match self.node(port).and_then(|n| n.info_field("role")) {
+                    Some(role) => role == "master",
+                    None => flags.contains("master"),
+                };
                 Some(ClusterNode {
                     id: f[0].to_owned(),
                     port,
-                    master: flags.contains("master"),
+                    master,
                     master_id: f.get(3).filter(|m| **m != "-").map(|m| m.to_string()),
                 })
             })
