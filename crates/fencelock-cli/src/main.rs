@@ -25,9 +25,11 @@ struct Cli {
 /// Where the lock service is.
 #[derive(Args, Clone)]
 pub struct Connection {
-    /// Redis server URL, e.g. redis://host:6379 or redis://:password@host:6379/0.
+    /// Where the locks live: redis://host:6379[/db], redis+cluster://host:port,host:port,...
+    /// or redis+sentinel://host:port,host:port,.../master-name. Give --url several times
+    /// (an odd number) for RedLock over independent servers.
     #[arg(long, env = "FENCELOCK_URL", default_value = "redis://127.0.0.1:6379")]
-    pub url: String,
+    pub url: Vec<String>,
     /// Server password (overrides one in the URL; never printed).
     #[arg(long, env = "FENCELOCK_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
@@ -39,7 +41,14 @@ pub struct Connection {
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connection")
-            .field("url", &fencelock::redact_url(&self.url))
+            .field(
+                "url",
+                &self
+                    .url
+                    .iter()
+                    .map(|u| fencelock::redact_url(u))
+                    .collect::<Vec<_>>(),
+            )
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("verbose", &self.verbose)
             .finish()
@@ -56,7 +65,8 @@ impl Connection {
     }
 
     pub async fn connect(&self, lease: Duration) -> Result<fencelock::Client, fencelock::Error> {
-        fencelock::Client::connect_with(&self.url, self.options(lease)).await
+        let urls: Vec<&str> = self.url.iter().map(String::as_str).collect();
+        fencelock::Client::connect_all_with(&urls, self.options(lease)).await
     }
 }
 

@@ -496,3 +496,32 @@ async fn the_demo_reports_no_violations() {
     assert!(stdout.contains("stale writes rejected: 1"), "{stdout}");
     assert!(!stdout.contains('\x1b'), "no terminal codes when not a TTY");
 }
+
+#[tokio::test]
+async fn several_urls_mean_redlock() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let mut args: Vec<&str> = vec!["run"];
+    for url in &urls {
+        args.extend(["--url", url.as_str()]);
+    }
+    args.extend(["--key", "quorum", "--shell", "--", "echo $FENCELOCK_TOKEN"]);
+    let out = output(&servers[0], &args).await;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let first: u64 = text(&out).0.trim().parse().unwrap();
+
+    // One server down: a majority is left.
+    servers[0].kill();
+    let out = output(&servers[1], &args).await;
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(text(&out).0.trim().parse::<u64>().unwrap() > first);
+
+    // status over the majority; an even count is a usage error.
+    let mut status: Vec<&str> = vec!["status", "quorum", "--json"];
+    for url in &urls[1..] {
+        status.extend(["--url", url.as_str()]);
+    }
+    let out = output(&servers[1], &status).await;
+    assert_eq!(out.status.code(), Some(USAGE), "{:?}", text(&out));
+    assert!(text(&out).1.contains("odd number"));
+}

@@ -254,3 +254,46 @@ async fn an_even_number_of_servers_is_rejected() {
     }
     assert!(fencelock::Client::connect_all(&[]).await.is_err());
 }
+
+#[tokio::test]
+async fn a_client_starts_while_a_minority_is_down() {
+    let mut servers = servers(3);
+    servers[0].kill();
+    let client = redlock(&servers, fast_failing()).await;
+    assert!(
+        client.warnings().iter().any(|w| w.contains("unavailable")),
+        "{:?}",
+        client.warnings()
+    );
+    let guard = client.lock("late-start").acquire().await.unwrap();
+    guard.release().await.unwrap();
+    // The missing server comes back: it is used again without a new client.
+    servers[0].restart().unwrap();
+    eventually(10.0, "the returning server is used", || {
+        let used = servers[0].command_calls("evalsha") > 0;
+        if !used {
+            let c = client.clone();
+            tokio::spawn(async move {
+                if let Ok(Ok(g)) = c.lock("late-start").try_acquire().await {
+                    let _ = g.release().await;
+                }
+            });
+        }
+        used
+    })
+    .await;
+
+    // Two of three down at start: no majority.
+    servers[1].kill();
+    servers[0].kill();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    match fencelock::Client::connect_all_with(&urls, fast_failing()).await {
+        Err(Error::Quorum {
+            operation: "connect",
+            outcomes,
+            ..
+        }) => assert_eq!(outcomes.len(), 2),
+        other => panic!("expected a quorum error, got {other:?}"),
+    }
+}

@@ -73,8 +73,9 @@ fn now_micros() -> u64 {
 }
 
 impl RedLock {
-    /// Connects to every server. All must be reachable at start: a RedLock set configured
-    /// with a dead server is more likely a mistake than an outage.
+    /// Connects to every server. A majority must answer now; the others get connections
+    /// that are retried on every request (a server that is down when a cron job starts must
+    /// not stop it while a majority is up).
     pub(crate) async fn connect(
         urls: &[&str],
         options: &ClientOptions,
@@ -91,12 +92,43 @@ impl RedLock {
             .map(|url| RedisBackend::connect(url, options, weak.clone()));
         let mut servers = Vec::with_capacity(urls.len());
         let mut warnings = Vec::new();
-        for result in futures_util::future::join_all(connecting).await {
-            let (server, w) = result?;
-            servers.push(Arc::new(server));
-            warnings.extend(w);
+        let mut outcomes = Vec::new();
+        for (url, result) in urls
+            .iter()
+            .zip(futures_util::future::join_all(connecting).await)
+        {
+            match result {
+                Ok((server, w)) => {
+                    servers.push(Arc::new(server));
+                    warnings.extend(w);
+                }
+                Err(e @ Error::InvalidInput(_)) => return Err(e),
+                Err(e) => {
+                    let server = RedisBackend::lazy(url, options, weak.clone())?;
+                    warnings.push(format!(
+                        "RedLock server {} is unavailable ({e}); it will be retried on every request",
+                        server.server()
+                    ));
+                    outcomes.push(ServerOutcome::Failed {
+                        server: server.server().to_owned(),
+                        error: e.to_string(),
+                    });
+                    servers.push(Arc::new(server));
+                }
+            }
         }
         let quorum = servers.len() / 2 + 1;
+        if servers.len() - outcomes.len() < quorum {
+            return Err(Error::Quorum {
+                lock: None,
+                operation: "connect",
+                needed: quorum,
+                outcomes,
+            });
+        }
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
         Ok((
             Self {
                 servers,

@@ -66,6 +66,26 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// Connections that are made on first use (and again after failures): for a RedLock
+    /// server that is down when the client starts.
+    pub(crate) fn lazy(
+        info: ConnectionInfo,
+        options: &ClientOptions,
+        sink: Weak<dyn ReleaseSink>,
+    ) -> Result<Self, RedisError> {
+        let server = server_name(&info);
+        let sub_info = resp3(&info);
+        let config = manager_config(options);
+        let sub_config = config
+            .clone()
+            .set_push_sender(push_handler(sink))
+            .set_automatic_resubscription();
+        let cmd = ConnectionManager::new_lazy_with_config(redis::Client::open(info)?, config)?;
+        let sub =
+            ConnectionManager::new_lazy_with_config(redis::Client::open(sub_info)?, sub_config)?;
+        Ok(Self { cmd, sub, server })
+    }
+
     pub(crate) async fn connect(
         info: ConnectionInfo,
         options: &ClientOptions,

@@ -87,6 +87,38 @@ pub(crate) struct ReplicaAcks {
 }
 
 impl RedisBackend {
+    /// A backend for one plain server whose connections are made on first use (a RedLock
+    /// server that was down when the client started). Its eviction policy is not checked.
+    pub(crate) fn lazy(
+        url: &str,
+        options: &ClientOptions,
+        sink: Weak<dyn ReleaseSink>,
+    ) -> Result<Self, Error> {
+        let url::Target::Single(info) = url::parse_target(url)? else {
+            return Err(crate::error::InputError::InvalidUrl {
+                url: redact_url(url),
+                reason: "RedLock servers must be plain redis:// servers".into(),
+            }
+            .into());
+        };
+        let info = match &options.password {
+            Some(p) => info
+                .clone()
+                .set_redis_settings(info.redis_settings().clone().set_password(&p.0)),
+            None => info,
+        };
+        let node = Node::lazy(info, options, sink).map_err(|e| Error::Unavailable {
+            lock: None,
+            server: redact_url(url),
+            detail: e.to_string(),
+        })?;
+        Ok(Self {
+            server: node.server.clone(),
+            conn: Conn::Plain(node),
+            request_bound: options.request_bound(),
+        })
+    }
+
     /// Connects the command and the subscriber connection, and checks the eviction policy.
     /// Returns the backend and the warnings found on connect.
     pub(crate) async fn connect(
