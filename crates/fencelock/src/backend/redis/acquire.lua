@@ -2,8 +2,8 @@
 -- KEYS[1]: the lock hash (owner -> hold count, '=token', '=attempt')
 -- KEYS[2]: the fencing counter (no TTL, outlives the lock)
 -- ARGV[1]: owner id, ARGV[2]: lease in ms, ARGV[3]: attempt id,
--- ARGV[4]: '' to base a new token on this server's clock, or a token proposed by the client
---          (RedLock: every server of a majority should issue the same token)
+-- ARGV[4]: absent to base a new token on this server's clock, or a token proposed by the
+--          client (RedLock: every server of a majority should issue the same token)
 -- Returns {1, hold count, token} when acquired, {0, remaining lease in ms} when held by another.
 local lease = tonumber(ARGV[2])
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -20,7 +20,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 -- The token is max(last + 1, a clock in us): a counter lost in a restart without persistence,
 -- or stale on a promoted replica, cannot make tokens go backwards.
-local clock = tonumber(ARGV[4])
+local clock = ARGV[4] and tonumber(ARGV[4])
 if not clock then
   local now = redis.call('TIME')
   clock = tonumber(now[1]) * 1000000 + tonumber(now[2])

@@ -309,10 +309,9 @@ impl RedisBackend {
             .arg(owner)
             .arg(lease_ms)
             .arg(attempt);
-        match proposal {
-            Some(token) => call.arg(token),
-            None => call.arg(""),
-        };
+        if let Some(token) = proposal {
+            call.arg(token);
+        }
         let reply: Vec<Value> = self.run(keys, script, &call).await?;
         let reply = self.parse_acquire(keys, &reply)?;
         if let (AcquireReply::Acquired { .. }, Some(acks)) = (reply, acks) {
@@ -401,7 +400,13 @@ impl RedisBackend {
             Some(id) => call.arg(id),
             None => call.arg(""),
         };
-        call.arg(message.unwrap_or("")).arg(self.publish_mode());
+        // Arguments the script does not need are left out: every one costs the server.
+        match (message, self.publish_mode()) {
+            (None, "") => {}
+            (message, mode) => {
+                call.arg(message.unwrap_or("")).arg(mode);
+            }
+        }
         let left: i64 = self.run(keys, script, &call).await?;
         Ok(match left {
             0 => Released::Released,

@@ -3,8 +3,8 @@
 -- ARGV[1]: owner id, ARGV[2]: release channel,
 -- ARGV[3]: '' for a plain release, or an attempt id: then release only if that attempt is the
 --          last one that acquired (undoing an acquire whose reply was lost),
--- ARGV[4]: the release message ('' for the owner id), ARGV[5]: 'S' to publish with SPUBLISH
---          (Redis Cluster: sharded pub/sub reaches the waiters on the lock's shard).
+-- ARGV[4]: the release message (absent or '' for the owner id), ARGV[5]: 'S' to publish with
+--          SPUBLISH (Redis Cluster: sharded pub/sub reaches the waiters on the lock's shard).
 -- Returns the holds left (0: released and deleted), or -1 when the owner does not hold it.
 if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], '=attempt') ~= ARGV[3] then
   return -1
