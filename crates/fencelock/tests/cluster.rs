@@ -50,9 +50,11 @@ async fn a_cluster_lock_lives_in_one_slot_and_wakes_waiters_through_its_shard() 
     // A waiter on another client subscribes on that shard and is woken by the release.
     let waiter = other.lock("orders:42");
     let token = guard.fencing_token();
+    let base = master.command_calls("evalsha");
     let waiting = tokio::spawn(async move { waiter.acquire().await.unwrap() });
+    // Its attempt, SSUBSCRIBE, and one attempt more (a release in between must not be missed).
     eventually(10.0, "waiter subscribed on the shard", || {
-        master.command_calls("ssubscribe") >= 1
+        master.command_calls("ssubscribe") >= 1 && master.command_calls("evalsha") >= base + 2
     })
     .await;
     let before = master.command_calls("evalsha");
