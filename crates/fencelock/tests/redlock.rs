@@ -297,3 +297,36 @@ async fn a_client_starts_while_a_minority_is_down() {
         other => panic!("expected a quorum error, got {other:?}"),
     }
 }
+
+/// A majority that granted the lock too late to leave any validity counts as a failure, and
+/// its grants are removed.
+#[tokio::test]
+async fn a_majority_without_validity_left_counts_as_failed() {
+    let servers = servers(3);
+    // Load the scripts everywhere, so that the counts below are the attempt and its undo.
+    let warm = redlock(&servers, ClientOptions::default()).await;
+    warm.lock("warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // A drift margin as long as the lease: no acquisition can have validity left.
+    let options = ClientOptions::default().clock_drift(0.0, Duration::from_secs(10));
+    let client = redlock(&servers, options).await;
+    let lock = client
+        .lock("no-validity")
+        .with_options(LockOptions::default().lease(Duration::from_secs(10)));
+    let before: Vec<u64> = servers.iter().map(|s| s.command_calls("evalsha")).collect();
+    assert!(lock.try_acquire().await.unwrap().is_err());
+    // Every server granted it, then ran the undo (the 10 s lease cannot explain the removal).
+    eventually(5.0, "granted, then undone everywhere", || {
+        servers
+            .iter()
+            .zip(&before)
+            .all(|(s, b)| s.command_calls("evalsha") >= b + 2 && !has_key(s, "no-validity"))
+    })
+    .await;
+    assert!(!client.status("no-validity").await.unwrap().held);
+}
