@@ -53,8 +53,13 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to one Redis server, e.g. `redis://127.0.0.1:6379` or
-    /// `redis://:password@host:port/db`, with default [`ClientOptions`].
+    /// Connects with default [`ClientOptions`]. The URL says what to connect to:
+    /// - `redis://host:port[/db]` (password: `redis://:password@host:port`): one server;
+    /// - `redis+cluster://host:port,host:port,...`: a Redis Cluster (seed nodes);
+    /// - `redis+sentinel://host:port,host:port,.../master-name[/db]`: the master that the
+    ///   sentinels name, followed through failovers.
+    ///
+    /// For RedLock over independent servers see [`Client::connect_all`].
     ///
     /// Must be called inside a tokio runtime: the client's background task runs there.
     pub async fn connect(url: &str) -> Result<Self> {

@@ -1,4 +1,5 @@
-//! One Redis server: the lock scripts, the command connection and the subscriber connection.
+//! A Redis deployment that acts as one server for a lock (single server, Sentinel-managed
+//! master, or Cluster): the lock scripts and how they are sent.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -101,16 +102,12 @@ impl RedisBackend {
             }
             .into());
         };
-        let info = match &options.password {
-            Some(p) => info
-                .clone()
-                .set_redis_settings(info.redis_settings().clone().set_password(&p.0)),
-            None => info,
-        };
-        let node = Node::lazy(info, options, sink).map_err(|e| Error::Unavailable {
-            lock: None,
-            server: redact_url(url),
-            detail: e.to_string(),
+        let node = Node::lazy(with_password(info, options), options, sink).map_err(|e| {
+            Error::Unavailable {
+                lock: None,
+                server: redact_url(url),
+                detail: e.to_string(),
+            }
         })?;
         Ok(Self {
             server: node.server.clone(),
@@ -126,23 +123,20 @@ impl RedisBackend {
         options: &ClientOptions,
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<(Self, Vec<String>), Error> {
-        let with_password = |info: redis::ConnectionInfo| match &options.password {
-            Some(p) => info
-                .clone()
-                .set_redis_settings(info.redis_settings().clone().set_password(&p.0)),
-            None => info,
-        };
         let target = url::parse_target(url)?;
         let bound = options.request_bound();
         let display = redact_url(url);
         let connect = async {
             Ok::<_, RedisError>(match target {
                 url::Target::Single(info) => {
-                    Conn::Plain(Node::connect(with_password(info), options, sink).await?)
+                    Conn::Plain(Node::connect(with_password(info, options), options, sink).await?)
                 }
                 url::Target::Cluster(nodes) => Conn::Cluster(
                     ClusterConn::connect(
-                        nodes.into_iter().map(with_password).collect(),
+                        nodes
+                            .into_iter()
+                            .map(|n| with_password(n, options))
+                            .collect(),
                         options,
                         sink,
                     )
@@ -153,10 +147,7 @@ impl RedisBackend {
                     master,
                     node,
                 } => {
-                    let node = match &options.password {
-                        Some(p) => node.set_password(&p.0),
-                        None => node,
-                    };
+                    let node = password_settings(node, options);
                     let sentinel =
                         SentinelConn::connect(sentinels, &master, node, options, sink).await?;
                     Conn::Sentinel(Box::new(sentinel))
@@ -663,6 +654,22 @@ fn evalsha(script: &Lua, keys: usize) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.script.get_hash()).arg(keys);
     cmd
+}
+
+/// The password from the options, if one was given, overrides the URL's.
+fn password_settings(
+    settings: redis::RedisConnectionInfo,
+    options: &ClientOptions,
+) -> redis::RedisConnectionInfo {
+    match &options.password {
+        Some(p) => settings.set_password(&p.0),
+        None => settings,
+    }
+}
+
+fn with_password(info: redis::ConnectionInfo, options: &ClientOptions) -> redis::ConnectionInfo {
+    let settings = password_settings(info.redis_settings().clone(), options);
+    info.set_redis_settings(settings)
 }
 
 /// Through Sentinel: this error means the node is no longer (reachable as) the master.
