@@ -215,6 +215,21 @@ impl Demo {
         Ok((code, stderr))
     }
 
+    /// Runs one ordinary worker to its end (it waits for the lock); says whether it succeeded.
+    async fn next_worker(&self) -> Result<bool, String> {
+        let next = self
+            .start(&["--lease", "5s"], &[])
+            .map_err(|e| e.to_string())?;
+        let (code, stderr) = self.finish(next).await.map_err(|e| e.to_string())?;
+        if code != 0 {
+            self.ui.line(&format!(
+                "   the next worker failed: exit {code}: {}",
+                stderr.trim()
+            ));
+        }
+        Ok(code == 0)
+    }
+
     /// Waits until a worker has read the record and published its PID under `key`.
     async fn ready(
         &self,
@@ -360,15 +375,7 @@ async fn scenes(demo: &Demo, args: &DemoArgs) -> Result<u64, String> {
         let _ = kill(Pid::from_raw(pid as i32), Signal::SIGSTOP);
     }
     let frozen_at = Instant::now();
-    let next = demo
-        .start(&["--lease", "5s"], &[])
-        .map_err(|e| e.to_string())?;
-    let (code, stderr) = demo.finish(next).await.map_err(|e| e.to_string())?;
-    if code != 0 {
-        demo.ui.line(&format!(
-            "   the next worker failed: exit {code}: {}",
-            stderr.trim()
-        ));
+    if !demo.next_worker().await? {
         violations += 1;
     }
     demo.ui.line(&format!(
@@ -418,15 +425,7 @@ async fn scenes(demo: &Demo, args: &DemoArgs) -> Result<u64, String> {
     demo.started.remove(killed_worker);
     let killed_at = Instant::now();
     let _ = demo.finish(killed).await;
-    let next = demo
-        .start(&["--lease", "5s"], &[])
-        .map_err(|e| e.to_string())?;
-    let (code, stderr) = demo.finish(next).await.map_err(|e| e.to_string())?;
-    if code != 0 {
-        demo.ui.line(&format!(
-            "   the next worker failed: exit {code}: {}",
-            stderr.trim()
-        ));
+    if !demo.next_worker().await? {
         violations += 1;
     }
     demo.ui.line(&format!(

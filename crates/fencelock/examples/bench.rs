@@ -63,6 +63,34 @@ fn redis_benchmark(server: &RedisServer, clients: u32, requests: u32, command: &
     rps.parse().unwrap()
 }
 
+/// Loads fencelock's acquire script into a server; returns its SHA.
+fn load_acquire(server: &RedisServer) -> String {
+    server
+        .command(&[
+            "SCRIPT",
+            "LOAD",
+            include_str!("../src/backend/redis/acquire.lua"),
+        ])
+        .unwrap()
+        .text()
+        .unwrap()
+}
+
+/// `redis-benchmark` of the acquire script on fresh random lock names: requests per second.
+fn acquire_rps(server: &RedisServer, sha: &str, clients: u32, requests: u32) -> f64 {
+    let acquire = [
+        "EVALSHA",
+        sha,
+        "2",
+        "fencelock:{rb:__rand_int__}",
+        "fencelock:{rb:__rand_int__}:fence",
+        "owner",
+        "60000",
+        "attempt",
+    ];
+    redis_benchmark(server, clients, requests, &acquire)
+}
+
 fn total_commands(server: &RedisServer) -> u64 {
     let info = server
         .command(&["INFO", "commandstats"])
@@ -404,26 +432,7 @@ fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
     let args = args();
     let server = RedisServer::start().expect("redis-server");
     let url = server.url();
-    // Load the acquire script so that redis-benchmark can EVALSHA it.
-    let sha = server
-        .command(&[
-            "SCRIPT",
-            "LOAD",
-            include_str!("../src/backend/redis/acquire.lua"),
-        ])
-        .unwrap()
-        .text()
-        .unwrap();
-    let acquire = [
-        "EVALSHA",
-        &sha,
-        "2",
-        "fencelock:{rb:__rand_int__}",
-        "fencelock:{rb:__rand_int__}:fence",
-        "owner",
-        "60000",
-        "attempt",
-    ];
+    let sha = load_acquire(&server);
     let n1 = (20_000.0 * args.secs) as u32;
     let n64 = (100_000.0 * args.secs) as u32;
 
@@ -432,8 +441,8 @@ fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
     // the other load these machines see.
     let mut rounds = Vec::new();
     for _ in 0..3 {
-        let acquire_c1 = redis_benchmark(&server, 1, n1 / 3, &acquire);
-        let acquire_c64 = redis_benchmark(&server, 64, n64 / 3, &acquire);
+        let acquire_c1 = acquire_rps(&server, &sha, 1, n1 / 3);
+        let acquire_c64 = acquire_rps(&server, &sha, 64, n64 / 3);
         server.command(&["FLUSHALL"]).unwrap();
         let solo = single.block_on(uncontended(&url, args.secs / 3.0));
         let (tasks64, client_cpu, server_cpu) =
@@ -477,39 +486,10 @@ fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
     let five: Vec<RedisServer> = (0..5).map(|_| RedisServer::start().unwrap()).collect();
     let rtts: Vec<f64> = five
         .iter()
-        .map(|s| {
-            let sha = s
-                .command(&[
-                    "SCRIPT",
-                    "LOAD",
-                    include_str!("../src/backend/redis/acquire.lua"),
-                ])
-                .unwrap()
-                .text()
-                .unwrap();
-            let acquire = [
-                "EVALSHA",
-                &sha,
-                "2",
-                "fencelock:{rb:__rand_int__}",
-                "fencelock:{rb:__rand_int__}:fence",
-                "owner",
-                "60000",
-                "attempt",
-            ];
-            1e6 / redis_benchmark(s, 1, n1 / 3, &acquire)
-        })
+        .map(|s| 1e6 / acquire_rps(s, &load_acquire(s), 1, n1 / 3))
         .collect();
     let mut redlock5 = single.block_on(redlock(&five, args.secs, &rtts));
-    let sha = five[0]
-        .command(&[
-            "SCRIPT",
-            "LOAD",
-            include_str!("../src/backend/redis/acquire.lua"),
-        ])
-        .unwrap()
-        .text()
-        .unwrap();
+    let sha = load_acquire(&five[0]);
     let raw = single.block_on(raw_majority_pair_us(&five, args.secs, &sha));
     redlock5["raw_fan_out_pair_us"] = json!(raw);
     redlock5["pair_to_raw_fan_out"] = json!(redlock5["pair_us"].as_f64().unwrap() / raw);

@@ -65,6 +65,34 @@ pub(crate) struct Node {
     pub(crate) server: String,
 }
 
+/// What both halves of a `Node` are built from.
+struct NodeSetup {
+    cmd: (redis::Client, ConnectionManagerConfig),
+    sub: (redis::Client, ConnectionManagerConfig),
+    server: String,
+}
+
+impl NodeSetup {
+    fn new(
+        info: ConnectionInfo,
+        options: &ClientOptions,
+        sink: Weak<dyn ReleaseSink>,
+    ) -> Result<Self, RedisError> {
+        let server = server_name(&info);
+        let sub_info = resp3(&info);
+        let config = manager_config(options);
+        let sub_config = config
+            .clone()
+            .set_push_sender(push_handler(sink))
+            .set_automatic_resubscription();
+        Ok(Self {
+            cmd: (redis::Client::open(info)?, config),
+            sub: (redis::Client::open(sub_info)?, sub_config),
+            server,
+        })
+    }
+}
+
 impl Node {
     /// Connections that are made on first use (and again after failures): for a RedLock
     /// server that is down when the client starts.
@@ -73,17 +101,12 @@ impl Node {
         options: &ClientOptions,
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<Self, RedisError> {
-        let server = server_name(&info);
-        let sub_info = resp3(&info);
-        let config = manager_config(options);
-        let sub_config = config
-            .clone()
-            .set_push_sender(push_handler(sink))
-            .set_automatic_resubscription();
-        let cmd = ConnectionManager::new_lazy_with_config(redis::Client::open(info)?, config)?;
-        let sub =
-            ConnectionManager::new_lazy_with_config(redis::Client::open(sub_info)?, sub_config)?;
-        Ok(Self { cmd, sub, server })
+        let NodeSetup { cmd, sub, server } = NodeSetup::new(info, options, sink)?;
+        Ok(Self {
+            cmd: ConnectionManager::new_lazy_with_config(cmd.0, cmd.1)?,
+            sub: ConnectionManager::new_lazy_with_config(sub.0, sub.1)?,
+            server,
+        })
     }
 
     pub(crate) async fn connect(
@@ -91,20 +114,12 @@ impl Node {
         options: &ClientOptions,
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<Self, RedisError> {
-        let server = server_name(&info);
-        let sub_info = resp3(&info);
-        let config = manager_config(options);
-        let sub_config = config
-            .clone()
-            .set_push_sender(push_handler(sink))
-            .set_automatic_resubscription();
-        let cmd = redis::Client::open(info)?
-            .get_connection_manager_with_config(config)
-            .await?;
-        let sub = redis::Client::open(sub_info)?
-            .get_connection_manager_with_config(sub_config)
-            .await?;
-        Ok(Self { cmd, sub, server })
+        let NodeSetup { cmd, sub, server } = NodeSetup::new(info, options, sink)?;
+        Ok(Self {
+            cmd: cmd.0.get_connection_manager_with_config(cmd.1).await?,
+            sub: sub.0.get_connection_manager_with_config(sub.1).await?,
+            server,
+        })
     }
 }
 
