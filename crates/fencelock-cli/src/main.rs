@@ -128,8 +128,10 @@ fn main() -> ExitCode {
 /// Turns on `tracing` output to stderr for `--verbose`.
 pub fn init_logging(verbose: bool) {
     if verbose {
+        use std::io::IsTerminal;
         let _ = tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_env("FENCELOCK_LOG")
                     .unwrap_or_else(|_| "fencelock=debug,fencelock_cli=debug".into()),

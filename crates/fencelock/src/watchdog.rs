@@ -277,7 +277,7 @@ impl Watchdog {
                     let deadline = self.deadline(sent, lease.lease);
                     times.deadline = times.deadline.max(deadline);
                     times.renew_at = self.renew_at(sent, lease.lease);
-                    tracing::trace!(lock = %lease.keys.name, "lease renewed");
+                    tracing::debug!(lock = %lease.keys.name, "lease renewed");
                 }
                 Ok(Renewal::NotHeld) => {
                     drop(times);
