@@ -330,3 +330,31 @@ async fn a_majority_without_validity_left_counts_as_failed() {
     .await;
     assert!(!client.status("no-validity").await.unwrap().held);
 }
+
+/// Servers restarting empty one after another do not wear a held lock down: the watchdog
+/// takes it again on a server that lost it while a majority still holds it.
+#[tokio::test]
+async fn a_held_lock_is_retaken_on_servers_that_restart_empty() {
+    let mut servers = servers(3);
+    let options = ClientOptions::default().default_lease(Duration::from_millis(900));
+    let client = redlock(&servers, options).await;
+    let guard = client.lock("long-held").acquire().await.unwrap();
+    for (i, server) in servers.iter_mut().enumerate() {
+        server.restart().unwrap();
+        assert!(!has_key(server, "long-held"));
+        // Within a renewal period or two, the restarted server has the lock again.
+        eventually(5.0, "re-taken", || has_key(server, "long-held")).await;
+        assert!(
+            guard.is_held(),
+            "lost after restarting server {i}: {:?}",
+            guard.lost_reason()
+        );
+    }
+    // Every server was emptied once; without re-taking, the lock would be on one at most.
+    assert!(servers.iter().all(|s| has_key(s, "long-held")));
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    eventually(5.0, "released everywhere", || {
+        servers.iter().all(|s| !has_key(s, "long-held"))
+    })
+    .await;
+}

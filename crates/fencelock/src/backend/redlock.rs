@@ -389,19 +389,24 @@ impl RedLock {
         let mut renewed = vec![0usize; items.len()];
         let mut against = vec![0usize; items.len()];
         let mut errors: Vec<Option<String>> = vec![None; items.len()];
+        // (server, lease) pairs where the server no longer has the lock.
+        let mut missing: Vec<(usize, usize)> = Vec::new();
         let decided = |renewed: &[usize], against: &[usize]| {
             renewed
                 .iter()
                 .zip(against)
                 .all(|(r, a)| *r >= self.quorum || *a > n - self.quorum)
         };
-        while let Some((_, result)) = pending.next().await {
+        while let Some((i, result)) = pending.next().await {
             match result {
                 Ok(each) => {
                     for (j, r) in each.into_iter().enumerate() {
                         match r {
                             Ok(Renewal::Renewed) => renewed[j] += 1,
-                            Ok(Renewal::NotHeld) => against[j] += 1,
+                            Ok(Renewal::NotHeld) => {
+                                against[j] += 1;
+                                missing.push((i, j));
+                            }
                             Err(e) => {
                                 against[j] += 1;
                                 errors[j] = Some(e.to_string());
@@ -421,6 +426,7 @@ impl RedLock {
             }
         }
         self.finish(pending);
+        self.heal(&items, &renewed, missing);
         Ok(renewed
             .iter()
             .zip(errors)
@@ -440,6 +446,29 @@ impl RedLock {
                 }
             })
             .collect())
+    }
+
+    /// A lock renewed on a majority but missing on some server (it restarted empty, or its
+    /// copy expired) is taken again there, in the background. Otherwise servers restarting
+    /// one after another would wear a long-held lock down below a majority. Safe: no one else
+    /// can hold a majority meanwhile, and where the key is held by another owner the acquire
+    /// just reports it held.
+    fn heal(&self, items: &Arc<Vec<RenewItem>>, renewed: &[usize], missing: Vec<(usize, usize)>) {
+        let proposal = now_micros().max(self.highest.load(Ordering::Relaxed) + 1);
+        for (i, j) in missing {
+            if renewed[j] < self.quorum {
+                continue;
+            }
+            let (keys, owner, lease_ms) = items[j].clone();
+            let server = self.servers[i].clone();
+            tracing::debug!(lock = %keys.name, server = %server.server(), "re-taking a lock a server lost");
+            self.finisher.finish(async move {
+                let attempt = rand::random();
+                let _ = server
+                    .acquire(&keys, &owner, lease_ms, attempt, Some(proposal), None)
+                    .await;
+            });
+        }
     }
 
     /// The majority's view of a lock.
