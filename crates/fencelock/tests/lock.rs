@@ -572,3 +572,36 @@ async fn the_background_task_ends_with_the_client() {
     })
     .await;
 }
+
+/// With `appendfsync always` a crash loses nothing: the lock, its owner and its fencing
+/// counter are there after a restart (the contrast to the restart without persistence above).
+#[tokio::test]
+async fn a_lock_survives_a_crash_with_aof_always() {
+    let mut server = fencelock_testkit::RedisServer::builder()
+        .persistence(fencelock_testkit::Persistence::AofAlways)
+        .start()
+        .unwrap();
+    let options = fencelock::ClientOptions::default()
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300));
+    let client = client_with(&server, options).await;
+    let lock = client
+        .lock("durable")
+        .with_options(LockOptions::default().lease(Duration::from_secs(30)));
+    let guard = lock.acquire().await.unwrap();
+    server.kill();
+    server.restart().unwrap();
+    let status = within(10.0, "status after restart", async {
+        loop {
+            if let Ok(s) = client.status("durable").await {
+                break s;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(status.held);
+    assert_eq!(status.owners, vec![(guard.owner().to_owned(), 1)]);
+    assert_eq!(status.last_token, Some(guard.fencing_token()));
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
