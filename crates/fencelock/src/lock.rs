@@ -57,7 +57,9 @@ impl std::fmt::Debug for Lock {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Contended {
     /// The holder's remaining lease as the server reported it; `None` if the key has no expiry
-    /// (set by something other than fencelock).
+    /// (set by something other than fencelock). With RedLock: the shortest remaining lease
+    /// among the majority that refused, or, when competing attempts split the servers and
+    /// nobody holds a majority, a short random back-off (5-50 ms) before trying again.
     pub remaining_lease: Option<Duration>,
 }
 

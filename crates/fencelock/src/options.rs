@@ -25,7 +25,8 @@ pub struct LockOptions {
 impl LockOptions {
     /// A fixed lease: the lock is held for at most this long unless [`crate::Guard::extend`] is
     /// called, and the watchdog does not renew it. Without this option the client's default
-    /// lease applies and the watchdog renews it every lease/3 until release.
+    /// lease applies and the watchdog renews it every lease/3 until release. Re-entering a
+    /// lock never shortens the lease it already has.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self

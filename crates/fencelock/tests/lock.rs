@@ -605,3 +605,27 @@ async fn a_lock_survives_a_crash_with_aof_always() {
     assert_eq!(status.last_token, Some(guard.fencing_token()));
     assert_eq!(guard.release().await.unwrap(), Released::Released);
 }
+
+/// Renewals that fail (the server is paused for less than the lease) are retried, and resume
+/// when the server answers again: one bad round does not end the watchdog.
+#[tokio::test]
+async fn renewals_resume_after_a_short_outage() {
+    let server = server();
+    let options = short_lease(1500).response_timeout(Duration::from_millis(250));
+    let client = client_with(&server, options).await;
+    let guard = client.lock("outage").acquire().await.unwrap();
+    // Let a renewal go out, then stop the server across the next ones.
+    tokio::time::sleep(Duration::from_millis(550)).await;
+    server.pause();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.resume();
+    let before = server.command_calls("evalsha");
+    tokio::select! {
+        _ = guard.lost() => panic!("lost after a short outage: {:?}", guard.lost_reason()),
+        _ = tokio::time::sleep(Duration::from_millis(2000)) => {}
+    }
+    assert!(guard.is_held());
+    // Renewals went on after the outage.
+    assert!(server.command_calls("evalsha") >= before + 2);
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
