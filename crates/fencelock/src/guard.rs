@@ -151,7 +151,7 @@ impl Guard {
                     }
                     times.deadline = times.deadline.max(watchdog.deadline(sent, lease));
                 }
-                watchdog.reschedule(&self.state);
+                watchdog.track(&self.state);
                 Ok(())
             }
             Renewal::NotHeld => {

@@ -169,7 +169,8 @@ impl Watchdog {
         (origin + rounded).max(sent)
     }
 
-    /// Starts watching a new lease.
+    /// Queues a lease at its next event: a new lease, or one whose deadline moved (extended
+    /// by hand). An entry that is already right is left alone.
     pub(crate) fn track(&self, lease: &Arc<LeaseState>) {
         let mut times = lease.times();
         self.schedule(lease, &mut times);
@@ -200,12 +201,6 @@ impl Watchdog {
         if earliest.is_none_or(|e| next < e) {
             self.wake.notify_one();
         }
-    }
-
-    /// A lease was extended by hand: requeue it if its next event moved.
-    pub(crate) fn reschedule(&self, lease: &Arc<LeaseState>) {
-        let mut times = lease.times();
-        self.schedule(lease, &mut times);
     }
 
     /// Pops every entry due by `now`: fires lost signals, and returns the leases to renew.

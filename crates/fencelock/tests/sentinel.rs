@@ -97,3 +97,45 @@ async fn replica_acknowledgement_is_awaited_or_the_lock_is_given_back() {
         .with_options(LockOptions::default().min_replica_acks(0, Duration::from_millis(10)));
     assert!(matches!(zero.acquire().await, Err(Error::InvalidInput(_))));
 }
+
+/// The master dies outright (no demotion, so no READONLY): the watchdog's renewals fail
+/// until the sentinels promote the replica, then find the new master and keep the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_find_the_new_master_after_the_old_one_dies() {
+    let mut set = SentinelSet::start().unwrap();
+    let options = ClientOptions::default()
+        .default_lease(Duration::from_secs(8))
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300));
+    let client = Client::connect_with(&set.url(), options).await.unwrap();
+    let guard = client.lock("orphaned").acquire().await.unwrap();
+    let old = set.master_port().unwrap();
+    // Let the lock replicate, then kill the master.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    set.servers[0].kill();
+    let promoted = within(30.0, "the sentinels promote the replica", async {
+        loop {
+            match set.master_port() {
+                Some(p) if p != old => break p,
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await;
+    assert_eq!(promoted, set.servers[1].port());
+    // The next renewals reach the new master: its copy of the lock gets a fresh TTL.
+    let new_master = &set.servers[1];
+    let ttl = |s: &fencelock_testkit::RedisServer| {
+        s.command(&["PTTL", "fencelock:{orphaned}"])
+            .ok()
+            .and_then(|r| r.int())
+            .unwrap_or(-2)
+    };
+    let after_promotion = ttl(new_master);
+    eventually(10.0, "renewed on the new master", || {
+        ttl(new_master) > after_promotion + 500
+    })
+    .await;
+    assert!(guard.is_held(), "{:?}", guard.lost_reason());
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}

@@ -186,6 +186,24 @@ impl RedLock {
         }
     }
 
+    /// What server `i` answered an acquire, for an error.
+    fn outcome(&self, i: usize, reply: Option<Result<AcquireReply, Error>>) -> ServerOutcome {
+        let server = self.servers[i].server().to_owned();
+        match reply {
+            Some(Ok(AcquireReply::Acquired { token, .. })) => {
+                ServerOutcome::Granted { server, token }
+            }
+            Some(Ok(AcquireReply::Held { remaining, .. })) => {
+                ServerOutcome::Held { server, remaining }
+            }
+            Some(Err(e)) => ServerOutcome::Failed {
+                server,
+                error: e.to_string(),
+            },
+            None => ServerOutcome::NoReply { server },
+        }
+    }
+
     /// One RedLock attempt.
     pub(crate) async fn acquire(
         &self,
@@ -205,30 +223,19 @@ impl RedLock {
                     .await
             }
         });
-        let mut outcomes: Vec<Option<ServerOutcome>> = vec![None; n];
+        // Raw replies: turned into `ServerOutcome`s (with strings) only for an error.
+        let mut replies: Vec<Option<Result<AcquireReply, Error>>> = (0..n).map(|_| None).collect();
         let mut granted: Vec<(usize, u64, u64)> = Vec::new();
         let mut held_remaining: Vec<Option<Duration>> = Vec::new();
-        let mut against = 0;
+        let mut failed = 0;
         while let Some((i, reply)) = pending.next().await {
-            let server = self.servers[i].server().to_owned();
-            outcomes[i] = Some(match reply {
-                Ok(AcquireReply::Acquired { token, count }) => {
-                    granted.push((i, token, count));
-                    ServerOutcome::Granted { server, token }
-                }
-                Ok(AcquireReply::Held { remaining, .. }) => {
-                    against += 1;
-                    held_remaining.push(remaining);
-                    ServerOutcome::Held { server, remaining }
-                }
-                Err(e) => {
-                    against += 1;
-                    ServerOutcome::Failed {
-                        server,
-                        error: e.to_string(),
-                    }
-                }
-            });
+            match &reply {
+                Ok(AcquireReply::Acquired { token, count }) => granted.push((i, *token, *count)),
+                Ok(AcquireReply::Held { remaining, .. }) => held_remaining.push(*remaining),
+                Err(_) => failed += 1,
+            }
+            replies[i] = Some(reply);
+            let against = held_remaining.len() + failed;
             if granted.len() >= self.quorum || against > n - self.quorum {
                 break;
             }
@@ -236,24 +243,10 @@ impl RedLock {
         // Requests still in flight run on: an undo sent later is queued behind them on the same
         // connection, so a late grant is removed too.
         self.finish(pending);
-        let outcomes: Vec<ServerOutcome> = outcomes
-            .into_iter()
-            .enumerate()
-            .map(|(i, o)| {
-                o.unwrap_or_else(|| ServerOutcome::NoReply {
-                    server: self.servers[i].server().to_owned(),
-                })
-            })
-            .collect();
 
         if granted.len() < self.quorum {
-            let undo = !granted.is_empty()
-                || outcomes.iter().any(|o| {
-                    matches!(
-                        o,
-                        ServerOutcome::NoReply { .. } | ServerOutcome::Failed { .. }
-                    )
-                });
+            let unanswered = replies.iter().any(Option::is_none);
+            let undo = !granted.is_empty() || failed > 0 || unanswered;
             if held_remaining.len() >= self.quorum {
                 // Held elsewhere on a majority: wait for a release, at most the shortest lease.
                 held_remaining.sort();
@@ -262,13 +255,13 @@ impl RedLock {
                     undo,
                 });
             }
-            if outcomes
-                .iter()
-                .filter(|o| matches!(o, ServerOutcome::Failed { .. }))
-                .count()
-                > n - self.quorum
-            {
+            if failed > n - self.quorum {
                 // Too many servers failed for any majority: an error naming each.
+                let outcomes = replies
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, reply)| self.outcome(i, reply))
+                    .collect();
                 return Err(self.quorum_error(Some(keys), "acquire", outcomes));
             }
             // A split with competitors: back off for a random moment and try again.

@@ -1,9 +1,10 @@
 //! A Redis deployment that acts as one server for a lock (single server, Sentinel-managed
 //! master, or Cluster): the lock scripts and how they are sent.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use redis::aio::ConnectionManager;
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use super::{AcquireReply, ReleaseSink, Released, Renewal};
@@ -66,10 +67,25 @@ pub(crate) struct RawStatus {
 
 /// How the backend reaches its server.
 enum Conn {
-    Plain(Node),
+    /// One master, found directly or through sentinels.
+    Master(Master),
+    Cluster(ClusterConn),
+}
+
+/// A server that holds every lock: the one named in the URL, or the one the sentinels name.
+enum Master {
+    Plain(Arc<Node>),
     // Boxed: far larger than the other variants.
     Sentinel(Box<SentinelConn>),
-    Cluster(ClusterConn),
+}
+
+impl Master {
+    fn current(&self) -> Arc<Node> {
+        match self {
+            Master::Plain(node) => node.clone(),
+            Master::Sentinel(sentinel) => sentinel.current(),
+        }
+    }
 }
 
 /// One Redis deployment that behaves as one server for a lock: a single server, the master
@@ -111,7 +127,7 @@ impl RedisBackend {
         })?;
         Ok(Self {
             server: node.server.clone(),
-            conn: Conn::Plain(node),
+            conn: Conn::Master(Master::Plain(Arc::new(node))),
             request_bound: options.request_bound(),
         })
     }
@@ -129,7 +145,8 @@ impl RedisBackend {
         let connect = async {
             Ok::<_, RedisError>(match target {
                 url::Target::Single(info) => {
-                    Conn::Plain(Node::connect(with_password(info, options), options, sink).await?)
+                    let node = Node::connect(with_password(info, options), options, sink).await?;
+                    Conn::Master(Master::Plain(Arc::new(node)))
                 }
                 url::Target::Cluster(nodes) => Conn::Cluster(
                     ClusterConn::connect(
@@ -150,7 +167,7 @@ impl RedisBackend {
                     let node = password_settings(node, options);
                     let sentinel =
                         SentinelConn::connect(sentinels, &master, node, options, sink).await?;
-                    Conn::Sentinel(Box::new(sentinel))
+                    Conn::Master(Master::Sentinel(Box::new(sentinel)))
                 }
             })
         };
@@ -167,8 +184,8 @@ impl RedisBackend {
                 detail: e.to_string(),
             })?;
         let server = match &conn {
-            Conn::Plain(node) => node.server.clone(),
-            Conn::Sentinel(s) => s.name.clone(),
+            Conn::Master(Master::Plain(node)) => node.server.clone(),
+            Conn::Master(Master::Sentinel(s)) => s.name.clone(),
             Conn::Cluster(c) => c.name.clone(),
         };
         let backend = Self {
@@ -224,43 +241,70 @@ impl RedisBackend {
             })
     }
 
-    /// Sends one command; the outer error is the time bound, the inner one the server's.
-    /// Through Sentinel, a master that stopped being one (READONLY, connection lost) is
-    /// replaced by the one the sentinels name, and the command is sent once more.
+    /// Runs `request` (a command or a pipeline) on the master's command connection; the outer
+    /// error is the time bound, the inner one the server's. Through Sentinel, a master that
+    /// stopped being one (READONLY, connection lost) is replaced by the one the sentinels name,
+    /// and the request is sent once more: single commands and the watchdog's pipelines alike.
+    async fn on_master<T, F, Fut>(
+        &self,
+        master: &Master,
+        lock: Option<&LockKeys>,
+        request: F,
+    ) -> Result<Result<T, RedisError>, Error>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RedisError>>,
+    {
+        let node = master.current();
+        let first = self.bounded(lock, request(node.cmd.clone())).await?;
+        let Master::Sentinel(sentinel) = master else {
+            return Ok(first);
+        };
+        match first {
+            Err(e) if master_gone(&e) => {
+                if let Err(e) = self.bounded(lock, sentinel.switch(&node)).await? {
+                    return Ok(Err(e));
+                }
+                self.bounded(lock, request(sentinel.current().cmd.clone()))
+                    .await
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Sends one command (on a cluster, to the node that serves its key).
     async fn query<T: redis::FromRedisValue>(
         &self,
         lock: Option<&LockKeys>,
         cmd: &redis::Cmd,
     ) -> Result<Result<T, RedisError>, Error> {
         match &self.conn {
-            Conn::Plain(node) => {
-                let mut c = node.cmd.clone();
-                self.bounded(lock, cmd.query_async(&mut c)).await
-            }
             Conn::Cluster(cluster) => {
                 let mut c = cluster.cmd.clone();
                 self.bounded(lock, cmd.query_async(&mut c)).await
             }
-            Conn::Sentinel(sentinel) => {
-                let node = sentinel.current();
-                let mut c = node.cmd.clone();
-                let first = self.bounded(lock, cmd.query_async(&mut c)).await?;
-                match first {
-                    Err(e) if master_gone(&e) => {
-                        if let Err(e) = self.bounded(lock, sentinel.switch(&node)).await? {
-                            return Ok(Err(e));
-                        }
-                        let mut c = sentinel.current().cmd.clone();
-                        self.bounded(lock, cmd.query_async(&mut c)).await
-                    }
-                    other => Ok(other),
-                }
+            Conn::Master(master) => {
+                self.on_master(master, lock, |mut c| async move {
+                    cmd.query_async(&mut c).await
+                })
+                .await
             }
         }
     }
 
-    /// Runs a script by its SHA; on NOSCRIPT (script cache flushed, server restarted or failed
-    /// over) loads it and runs it once more.
+    /// Loads a script after NOSCRIPT (script cache flushed, server restarted or failed over).
+    async fn load(&self, lock: Option<&LockKeys>, script: &Lua) -> Result<(), Error> {
+        tracing::debug!(server = %self.server, "NOSCRIPT: loading the script");
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(script.code);
+        let _: String = self
+            .query(lock, &load)
+            .await?
+            .map_err(|e| self.error(lock, e))?;
+        Ok(())
+    }
+
+    /// Runs a script by its SHA; on NOSCRIPT loads it and runs it once more.
     async fn run<T: redis::FromRedisValue>(
         &self,
         keys: &LockKeys,
@@ -269,13 +313,7 @@ impl RedisBackend {
     ) -> Result<T, Error> {
         let result = match self.query(Some(keys), call).await? {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                tracing::debug!(server = %self.server, "NOSCRIPT: loading the script");
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(script.code);
-                let _: String = self
-                    .query(Some(keys), &load)
-                    .await?
-                    .map_err(|e| self.error(Some(keys), e))?;
+                self.load(Some(keys), script).await?;
                 self.query(Some(keys), call).await?
             }
             other => other,
@@ -453,9 +491,8 @@ impl RedisBackend {
         &self,
         items: &[super::RenewItem],
     ) -> Result<Vec<Result<Renewal, Error>>, Error> {
-        let node = match &self.conn {
-            Conn::Plain(node) => node.cmd.clone(),
-            Conn::Sentinel(sentinel) => sentinel.current().cmd.clone(),
+        let master = match &self.conn {
+            Conn::Master(master) => master,
             Conn::Cluster(_) => {
                 let each = items
                     .iter()
@@ -472,19 +509,30 @@ impl RedisBackend {
                 .arg(&**owner)
                 .arg(*lease_ms);
         }
-        let mut conn = node;
-        let mut replies: Vec<Value> = self
-            .bounded(None, pipe.query_async(&mut conn))
+        let send = |mut c: ConnectionManager| {
+            let pipe = &pipe;
+            async move {
+                let replies: Vec<Value> = pipe.query_async(&mut c).await?;
+                // A demoted master answers each renewal READONLY: report it as the pipeline's
+                // error, so that `on_master` finds the new master.
+                match replies.iter().find_map(|v| match v {
+                    Value::ServerError(e) if e.code() == "READONLY" => Some(e.clone()),
+                    _ => None,
+                }) {
+                    Some(e) => Err(e.into()),
+                    None => Ok(replies),
+                }
+            }
+        };
+        let mut replies = self
+            .on_master(master, None, send)
             .await?
             .map_err(|e| self.error(None, e))?;
         let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
         if replies.iter().any(noscript) {
-            // The script cache was flushed: load it and send the batch once more.
-            self.bounded(None, script.script.load_async(&mut conn))
-                .await?
-                .map_err(|e| self.error(None, e))?;
+            self.load(None, script).await?;
             replies = self
-                .bounded(None, pipe.query_async(&mut conn))
+                .on_master(master, None, send)
                 .await?
                 .map_err(|e| self.error(None, e))?;
         }
@@ -494,16 +542,6 @@ impl RedisBackend {
                 server: self.server.clone(),
                 detail: format!("{} replies to {} renewals", replies.len(), items.len()),
             });
-        }
-        let failed_master = replies
-            .iter()
-            .any(|v| matches!(v, Value::ServerError(e) if e.code() == "READONLY"));
-        if failed_master {
-            // A demoted master: let the per-lock path find the new one.
-            let each = items
-                .iter()
-                .map(|(keys, owner, lease_ms)| self.extend(keys, owner, *lease_ms));
-            return Ok(futures_util::future::join_all(each).await);
         }
         Ok(items
             .iter()
@@ -571,19 +609,16 @@ impl RedisBackend {
     /// confirmed, so a release published afterwards cannot be missed.
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
         let result = match &self.conn {
-            Conn::Plain(node) => {
-                self.bounded(None, node.sub.clone().subscribe(channel))
-                    .await?
-            }
             Conn::Cluster(cluster) => {
                 self.bounded(None, cluster.sub.clone().ssubscribe(channel))
                     .await?
             }
-            Conn::Sentinel(sentinel) => {
-                sentinel.track(channel, true);
-                let node = sentinel.current();
-                self.bounded(None, node.sub.clone().subscribe(channel))
-                    .await?
+            Conn::Master(master) => {
+                if let Master::Sentinel(sentinel) = master {
+                    sentinel.track(channel, true);
+                }
+                let mut sub = master.current().sub.clone();
+                self.bounded(None, sub.subscribe(channel)).await?
             }
         };
         result.map_err(|e| self.error(None, e))
@@ -592,19 +627,16 @@ impl RedisBackend {
     /// Unsubscribes from a release channel.
     pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
         let result = match &self.conn {
-            Conn::Plain(node) => {
-                self.bounded(None, node.sub.clone().unsubscribe(channel))
-                    .await?
-            }
             Conn::Cluster(cluster) => {
                 self.bounded(None, cluster.sub.clone().sunsubscribe(channel))
                     .await?
             }
-            Conn::Sentinel(sentinel) => {
-                sentinel.track(channel, false);
-                let node = sentinel.current();
-                self.bounded(None, node.sub.clone().unsubscribe(channel))
-                    .await?
+            Conn::Master(master) => {
+                if let Master::Sentinel(sentinel) = master {
+                    sentinel.track(channel, false);
+                }
+                let mut sub = master.current().sub.clone();
+                self.bounded(None, sub.unsubscribe(channel)).await?
             }
         };
         result.map_err(|e| self.error(None, e))
