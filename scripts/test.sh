@@ -4,11 +4,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-servers.sh
 ensure_servers
+# nextest does not run doctests, so the README and API examples are compiled first; the
+# integration tests run last, so the run ends on their summary line.
+cargo test --workspace --all-features --doc
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --all-features --profile "${NEXTEST_PROFILE:-default}"
 else
   echo "cargo-nextest not found; using cargo test (no per-test timeouts)" >&2
   cargo test --workspace --all-features --lib --bins --tests
 fi
-# nextest does not run doctests: the README and API examples are compiled here.
-cargo test --workspace --all-features --doc

@@ -4,6 +4,22 @@
 //! temporary folder, and can pause (SIGSTOP/SIGCONT), kill and restart it on the same port. The
 //! process is stopped by its PID when the handle drops, and its log is printed to stderr when
 //! the handle drops during a panic (a failing test).
+//!
+//! ```
+//! use fencelock_testkit::RedisServer;
+//!
+//! let mut server = RedisServer::start()?;          // a throwaway server on a free port
+//! assert_ne!(server.port(), 6379);
+//! server.command(&["SET", "k", "v"])?;
+//! assert_eq!(server.command(&["GET", "k"])?.text().as_deref(), Some("v"));
+//!
+//! server.restart()?;                               // same port; no persistence by default
+//! assert_eq!(server.command(&["EXISTS", "k"])?.int(), Some(0));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`SentinelSet`] and [`RedisCluster`] start whole topologies (a master, a replica and three
+//! sentinels; three masters with a replica each) and fail them over on demand.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
