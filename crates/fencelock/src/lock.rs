@@ -171,10 +171,21 @@ impl Lock {
         if let Some(problem) = &self.problem {
             return Err(problem.clone().into());
         }
-        Ok(match self.options.lease {
-            Some(lease) => (keys, lease, false),
-            None => (keys, self.client.options.default_lease, true),
-        })
+        let (lease, renew) = match self.options.lease {
+            Some(lease) => (lease, false),
+            None => (self.client.options.default_lease, true),
+        };
+        if let Some((_, timeout)) = self.options.replica_acks {
+            if timeout >= lease {
+                return Err(InputError::InvalidOption {
+                    option: "min_replica_acks",
+                    reason: "the timeout must be shorter than the lease, which could otherwise \
+                             run out while the replicas are awaited",
+                }
+                .into());
+            }
+        }
+        Ok((keys, lease, renew))
     }
 
     /// Acquires the lock, waiting as long as it takes. Waiting is driven by release

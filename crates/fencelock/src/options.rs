@@ -39,6 +39,10 @@ impl LockOptions {
     /// not be the one promoted, and `WAIT` does not make the write durable. Fencing tokens
     /// close it. With RedLock, each server counts as granting only once its replicas
     /// acknowledged.
+    ///
+    /// `timeout` must be shorter than the lease (the lease runs while the replicas are
+    /// awaited). `WAIT` blocks the connection it is sent on, so such acquisitions use a
+    /// connection of their own: renewals and other locks of the client never wait behind it.
     pub fn min_replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replica_acks = Some((replicas, timeout));
         self

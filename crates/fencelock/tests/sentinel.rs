@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fencelock::{Client, ClientOptions, Error, LockOptions, Released};
+use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, Released};
 use fencelock_testkit::SentinelSet;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,11 +74,26 @@ async fn replica_acknowledgement_is_awaited_or_the_lock_is_given_back() {
     );
     guard.release().await.unwrap();
 
-    // Two replicas cannot acknowledge: a clear error, and no lock left behind.
+    // Two replicas cannot acknowledge: a clear error, and no lock left behind. Meanwhile the
+    // WAIT holds up nothing else: another lock of the same client is taken and given back
+    // while it is still waiting.
     let two = client
         .lock("unacked")
-        .with_options(LockOptions::default().min_replica_acks(2, Duration::from_millis(200)));
-    match two.acquire().await {
+        .with_options(LockOptions::default().min_replica_acks(2, Duration::from_millis(1500)));
+    let waiting = tokio::spawn(async move { two.acquire().await });
+    within(5.0, "the acquisition reaches its WAIT", async {
+        while !client.status("unacked").await.unwrap().held {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let other = client.lock("other").try_acquire().await.unwrap().unwrap();
+    other.release().await.unwrap();
+    assert!(
+        !waiting.is_finished(),
+        "another lock had to wait for the WAIT of the first"
+    );
+    match within(5.0, "the WAIT times out", waiting).await.unwrap() {
         Err(Error::ReplicaAcks {
             lock,
             acked,
@@ -96,6 +111,19 @@ async fn replica_acknowledgement_is_awaited_or_the_lock_is_given_back() {
         .lock("x")
         .with_options(LockOptions::default().min_replica_acks(0, Duration::from_millis(10)));
     assert!(matches!(zero.acquire().await, Err(Error::InvalidInput(_))));
+    // A WAIT as long as the lease could outlast the lock.
+    let outlasting = client.lock("x").with_options(
+        LockOptions::default()
+            .lease(Duration::from_secs(1))
+            .min_replica_acks(1, Duration::from_secs(1)),
+    );
+    assert!(matches!(
+        outlasting.acquire().await,
+        Err(Error::InvalidInput(InputError::InvalidOption {
+            option: "min_replica_acks",
+            ..
+        }))
+    ));
 }
 
 /// The master dies outright (no demotion, so no READONLY): the watchdog's renewals fail

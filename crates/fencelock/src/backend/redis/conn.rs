@@ -6,11 +6,11 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{ConnectionInfo, PushInfo, PushKind, RedisError, Value};
+use redis::{AsyncConnectionConfig, ConnectionInfo, PushInfo, PushKind, RedisError, Value};
 
 use super::super::ReleaseSink;
 use super::url::server_name;
@@ -58,18 +58,53 @@ fn resp3(info: &ConnectionInfo) -> ConnectionInfo {
     )
 }
 
-/// One server's command and subscriber connections.
+/// Connections lent to acquisitions that wait for replicas. `WAIT` holds up every later
+/// request on its connection until the replicas answer or its timeout passes, so it never
+/// goes on the shared command connection, where renewals and other locks would queue behind
+/// it. Each such acquisition borrows a connection of its own and gives it back when it went
+/// well (a connection that failed or timed out is dropped); a few idle ones are kept.
+pub(crate) struct Spare<C> {
+    idle: Mutex<Vec<C>>,
+}
+
+impl<C> Spare<C> {
+    /// Idle connections kept for later acquisitions; more are opened when needed.
+    const KEEP: usize = 4;
+
+    fn new() -> Self {
+        Self {
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn take(&self) -> Option<C> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    pub(crate) fn give_back(&self, conn: C) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < Self::KEEP {
+            idle.push(conn);
+        }
+    }
+}
+
+/// One server's command and subscriber connections, and connections for `WAIT`.
 pub(crate) struct Node {
     pub(crate) cmd: ConnectionManager,
     pub(crate) sub: ConnectionManager,
     pub(crate) server: String,
+    client: redis::Client,
+    lend_config: AsyncConnectionConfig,
+    pub(crate) spare: Spare<MultiplexedConnection>,
 }
 
-/// What both halves of a `Node` are built from.
+/// What the connections of a `Node` are built from.
 struct NodeSetup {
     cmd: (redis::Client, ConnectionManagerConfig),
     sub: (redis::Client, ConnectionManagerConfig),
     server: String,
+    lend_config: AsyncConnectionConfig,
 }
 
 impl NodeSetup {
@@ -89,6 +124,10 @@ impl NodeSetup {
             cmd: (redis::Client::open(info)?, config),
             sub: (redis::Client::open(sub_info)?, sub_config),
             server,
+            // The caller bounds each request (WAIT included) end to end.
+            lend_config: AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(options.connect_timeout))
+                .set_response_timeout(None),
         })
     }
 }
@@ -101,11 +140,14 @@ impl Node {
         options: &ClientOptions,
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<Self, RedisError> {
-        let NodeSetup { cmd, sub, server } = NodeSetup::new(info, options, sink)?;
+        let setup = NodeSetup::new(info, options, sink)?;
         Ok(Self {
-            cmd: ConnectionManager::new_lazy_with_config(cmd.0, cmd.1)?,
-            sub: ConnectionManager::new_lazy_with_config(sub.0, sub.1)?,
-            server,
+            cmd: ConnectionManager::new_lazy_with_config(setup.cmd.0.clone(), setup.cmd.1)?,
+            sub: ConnectionManager::new_lazy_with_config(setup.sub.0, setup.sub.1)?,
+            server: setup.server,
+            client: setup.cmd.0,
+            lend_config: setup.lend_config,
+            spare: Spare::new(),
         })
     }
 
@@ -114,12 +156,35 @@ impl Node {
         options: &ClientOptions,
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<Self, RedisError> {
-        let NodeSetup { cmd, sub, server } = NodeSetup::new(info, options, sink)?;
+        let setup = NodeSetup::new(info, options, sink)?;
         Ok(Self {
-            cmd: cmd.0.get_connection_manager_with_config(cmd.1).await?,
-            sub: sub.0.get_connection_manager_with_config(sub.1).await?,
-            server,
+            cmd: setup
+                .cmd
+                .0
+                .get_connection_manager_with_config(setup.cmd.1)
+                .await?,
+            sub: setup
+                .sub
+                .0
+                .get_connection_manager_with_config(setup.sub.1)
+                .await?,
+            server: setup.server,
+            client: setup.cmd.0,
+            lend_config: setup.lend_config,
+            spare: Spare::new(),
         })
+    }
+
+    /// A connection of its own for an acquisition that waits for replicas (see [`Spare`]).
+    pub(crate) async fn lend(&self) -> Result<MultiplexedConnection, RedisError> {
+        match self.spare.take() {
+            Some(conn) => Ok(conn),
+            None => {
+                self.client
+                    .get_multiplexed_async_connection_with_config(&self.lend_config)
+                    .await
+            }
+        }
     }
 }
 
@@ -221,6 +286,9 @@ pub(crate) struct ClusterConn {
     pub(crate) cmd: ClusterConnection,
     pub(crate) sub: ClusterConnection,
     pub(crate) name: String,
+    /// Builds the cluster connections lent to acquisitions that wait for replicas.
+    lender: ClusterClient,
+    pub(crate) spare: Spare<ClusterConnection>,
 }
 
 impl ClusterConn {
@@ -248,6 +316,11 @@ impl ClusterConn {
             .build()?
             .get_async_connection()
             .await?;
+        // The caller bounds each request end to end, WAIT included; a WAIT timeout is shorter
+        // than the lease, which is at most MAX_LEASE.
+        let lender = builder(redis::ProtocolVersion::RESP2)
+            .response_timeout(crate::options::MAX_LEASE)
+            .build()?;
         let sub = builder(redis::ProtocolVersion::RESP3)
             .push_sender(push_handler(sink))
             .build()?
@@ -257,7 +330,17 @@ impl ClusterConn {
             cmd,
             sub,
             name: format!("cluster {}", names.join(",")),
+            lender,
+            spare: Spare::new(),
         })
+    }
+
+    /// A cluster connection of its own for an acquisition that waits for replicas.
+    pub(crate) async fn lend(&self) -> Result<ClusterConnection, RedisError> {
+        match self.spare.take() {
+            Some(conn) => Ok(conn),
+            None => self.lender.get_async_connection().await,
+        }
     }
 }
 

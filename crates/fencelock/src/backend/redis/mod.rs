@@ -4,7 +4,6 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use super::{AcquireReply, ReleaseSink, Released, Renewal};
@@ -69,7 +68,8 @@ pub(crate) struct RawStatus {
 enum Conn {
     /// One master, found directly or through sentinels.
     Master(Master),
-    Cluster(ClusterConn),
+    // Boxed: far larger than the other variant.
+    Cluster(Box<ClusterConn>),
 }
 
 /// A server that holds every lock: the one named in the URL, or the one the sentinels name.
@@ -101,6 +101,39 @@ pub(crate) struct RedisBackend {
 pub(crate) struct ReplicaAcks {
     pub(crate) replicas: u32,
     pub(crate) timeout: Duration,
+}
+
+/// A connection lent for one acquisition that waits for replicas (see `conn::Spare`).
+enum Lent {
+    Node(Arc<Node>, redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Lent {
+    /// Sends `cmd` on this connection; on a cluster, to the master of the lock's slot (where
+    /// the acquire went).
+    async fn query(&mut self, keys: &LockKeys, cmd: redis::Cmd) -> Result<i64, RedisError> {
+        match self {
+            Lent::Node(_, conn) => cmd.query_async(conn).await,
+            Lent::Cluster(conn) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(conn::slot(&keys.lock), SlotAddr::Master),
+                ));
+                redis::from_redis_value(conn.route_command(cmd, route).await?)
+                    .map_err(RedisError::from)
+            }
+        }
+    }
+
+    /// Keeps the connection for a later acquisition (only after a request that went well).
+    fn give_back(self, backend: &RedisBackend) {
+        match (self, &backend.conn) {
+            (Lent::Node(node, conn), _) => node.spare.give_back(conn),
+            (Lent::Cluster(conn), Conn::Cluster(cluster)) => cluster.spare.give_back(conn),
+            (Lent::Cluster(_), Conn::Master(_)) => {}
+        }
+    }
 }
 
 impl RedisBackend {
@@ -148,7 +181,7 @@ impl RedisBackend {
                     let node = Node::connect(with_password(info, options), options, sink).await?;
                     Conn::Master(Master::Plain(Arc::new(node)))
                 }
-                url::Target::Cluster(nodes) => Conn::Cluster(
+                url::Target::Cluster(nodes) => Conn::Cluster(Box::new(
                     ClusterConn::connect(
                         nodes
                             .into_iter()
@@ -158,7 +191,7 @@ impl RedisBackend {
                         sink,
                     )
                     .await?,
-                ),
+                )),
                 url::Target::Sentinel {
                     sentinels,
                     master,
@@ -252,11 +285,11 @@ impl RedisBackend {
         request: F,
     ) -> Result<Result<T, RedisError>, Error>
     where
-        F: Fn(ConnectionManager) -> Fut,
+        F: Fn(Arc<Node>) -> Fut,
         Fut: std::future::Future<Output = Result<T, RedisError>>,
     {
         let node = master.current();
-        let first = self.bounded(lock, request(node.cmd.clone())).await?;
+        let first = self.bounded(lock, request(node.clone())).await?;
         let Master::Sentinel(sentinel) = master else {
             return Ok(first);
         };
@@ -265,8 +298,7 @@ impl RedisBackend {
                 if let Err(e) = self.bounded(lock, sentinel.switch(&node)).await? {
                     return Ok(Err(e));
                 }
-                self.bounded(lock, request(sentinel.current().cmd.clone()))
-                    .await
+                self.bounded(lock, request(sentinel.current())).await
             }
             other => Ok(other),
         }
@@ -284,8 +316,8 @@ impl RedisBackend {
                 self.bounded(lock, cmd.query_async(&mut c)).await
             }
             Conn::Master(master) => {
-                self.on_master(master, lock, |mut c| async move {
-                    cmd.query_async(&mut c).await
+                self.on_master(master, lock, |node| async move {
+                    cmd.query_async(&mut node.cmd.clone()).await
                 })
                 .await
             }
@@ -341,42 +373,57 @@ impl RedisBackend {
         if let Some(token) = proposal {
             call.arg(token);
         }
-        let reply: Vec<Value> = self.run(keys, script, &call).await?;
-        let reply = self.parse_acquire(keys, &reply)?;
-        if let (AcquireReply::Acquired { .. }, Some(acks)) = (reply, acks) {
-            self.await_replicas(keys, owner, attempt, acks).await?;
+        match acks {
+            None => {
+                let reply: Vec<Value> = self.run(keys, script, &call).await?;
+                self.parse_acquire(keys, &reply)
+            }
+            Some(acks) => {
+                self.acquire_replicated(keys, &call, owner, attempt, acks)
+                    .await
+            }
         }
-        Ok(reply)
     }
 
-    /// `WAIT` until `acks.replicas` replicas have the lock; otherwise undo this acquisition
-    /// and fail. WAIT counts the writes of the connection it is sent on, which is the one the
-    /// acquire went through.
-    async fn await_replicas(
+    /// An acquire followed by `WAIT` until `acks.replicas` replicas have the lock, both on a
+    /// connection lent for it (WAIT counts the writes of the connection it is sent on, and
+    /// blocks it meanwhile; see `conn::Spare`). Not replicated in time: the acquisition is
+    /// undone and the caller gets [`Error::ReplicaAcks`].
+    async fn acquire_replicated(
         &self,
         keys: &LockKeys,
+        call: &redis::Cmd,
         owner: &str,
         attempt: u64,
         acks: ReplicaAcks,
-    ) -> Result<(), Error> {
+    ) -> Result<AcquireReply, Error> {
+        let (reply, mut lent) = match self.acquire_on_lent(keys, call).await? {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load(Some(keys), &scripts().acquire).await?;
+                self.acquire_on_lent(keys, call).await?
+            }
+            other => other,
+        }
+        .map_err(|e| self.error(Some(keys), e))?;
+        let reply = self.parse_acquire(keys, &reply)?;
+        if !matches!(reply, AcquireReply::Acquired { .. }) {
+            lent.give_back(self);
+            return Ok(reply);
+        }
         let mut wait = redis::cmd("WAIT");
         wait.arg(acks.replicas).arg(acks.timeout.as_millis() as u64);
-        let acked: Result<i64, RedisError> = match &self.conn {
-            Conn::Cluster(cluster) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(conn::slot(&keys.lock), SlotAddr::Master),
-                ));
-                let mut c = cluster.cmd.clone();
-                self.bounded(Some(keys), c.route_command(wait, route))
-                    .await?
-                    .and_then(|v| redis::from_redis_value(v).map_err(RedisError::from))
-            }
-            _ => self.query(Some(keys), &wait).await?,
-        };
-        let acked = acked.map_err(|e| self.error(Some(keys), e))?;
+        let bound = acks.timeout + self.request_bound;
+        let acked = tokio::time::timeout(bound, lent.query(keys, wait))
+            .await
+            .map_err(|_| Error::Unavailable {
+                lock: Some(keys.name.clone()),
+                server: self.server.clone(),
+                detail: format!("no reply to WAIT within {bound:?}"),
+            })?
+            .map_err(|e| self.error(Some(keys), e))?;
+        lent.give_back(self);
         if acked >= i64::from(acks.replicas) {
-            return Ok(());
+            return Ok(reply);
         }
         // Not replicated in time: a failover now could lose it. Give it back.
         let _ = self.release(keys, owner, Some(attempt), None).await;
@@ -387,6 +434,32 @@ impl RedisBackend {
             needed: acks.replicas,
             timeout: acks.timeout,
         })
+    }
+
+    /// Runs the acquire script on a lent connection, which is handed back with the reply.
+    async fn acquire_on_lent(
+        &self,
+        keys: &LockKeys,
+        call: &redis::Cmd,
+    ) -> Result<Result<(Vec<Value>, Lent), RedisError>, Error> {
+        match &self.conn {
+            Conn::Cluster(cluster) => {
+                self.bounded(Some(keys), async {
+                    let mut conn = cluster.lend().await?;
+                    let reply = call.query_async(&mut conn).await?;
+                    Ok((reply, Lent::Cluster(conn)))
+                })
+                .await
+            }
+            Conn::Master(master) => {
+                self.on_master(master, Some(keys), |node| async move {
+                    let mut conn = node.lend().await?;
+                    let reply = call.query_async(&mut conn).await?;
+                    Ok((reply, Lent::Node(node, conn)))
+                })
+                .await
+            }
+        }
     }
 
     fn parse_acquire(&self, keys: &LockKeys, reply: &[Value]) -> Result<AcquireReply, Error> {
@@ -509,10 +582,10 @@ impl RedisBackend {
                 .arg(&**owner)
                 .arg(*lease_ms);
         }
-        let send = |mut c: ConnectionManager| {
+        let send = |node: Arc<Node>| {
             let pipe = &pipe;
             async move {
-                let replies: Vec<Value> = pipe.query_async(&mut c).await?;
+                let replies: Vec<Value> = pipe.query_async(&mut node.cmd.clone()).await?;
                 // A demoted master answers each renewal READONLY: report it as the pipeline's
                 // error, so that `on_master` finds the new master.
                 match replies.iter().find_map(|v| match v {
