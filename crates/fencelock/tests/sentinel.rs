@@ -55,6 +55,57 @@ async fn locks_and_waiters_follow_a_sentinel_failover() {
     drop(set);
 }
 
+/// A waiter on a client that sends nothing else follows the failover too, and is woken by
+/// the release on the new master long before its bound (the holder's 20 s lease) runs out.
+/// The sentinels end the demoted master's client connections, pub/sub ones included
+/// (`CLIENT KILL TYPE pubsub`); the lost subscription wakes the waiter, whose next attempt
+/// meets READONLY and moves the client to the master the sentinels name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_an_idle_client_follows_the_failover() {
+    let set = SentinelSet::start().unwrap();
+    let holder = Client::connect(&set.url()).await.unwrap();
+    let waiter_client = Client::connect(&set.url()).await.unwrap();
+    let old = set.master_port().unwrap();
+    // The replica has the lock before the failover (WAIT), so the new master has it too.
+    let guard = holder
+        .lock("announced")
+        .with_options(
+            LockOptions::default()
+                .lease(Duration::from_secs(20))
+                .min_replica_acks(1, Duration::from_secs(2)),
+        )
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = waiter_client.lock("announced");
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    eventually(5.0, "the waiter subscribed on the old master", || {
+        set.servers[0].command_calls("subscribe") >= 1
+    })
+    .await;
+    let (set, promoted) = tokio::task::spawn_blocking(move || {
+        let port = set.failover().unwrap();
+        (set, port)
+    })
+    .await
+    .unwrap();
+    assert_ne!(promoted, old);
+    let new_master = set.servers.iter().find(|s| s.port() == promoted).unwrap();
+    eventually(10.0, "the waiter subscribed on the new master", || {
+        new_master.command_calls("subscribe") >= 1
+    })
+    .await;
+    assert!(!waiting.is_finished());
+    let token = guard.fencing_token();
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    let next = within(5.0, "the waiter woken on the new master", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn replica_acknowledgement_is_awaited_or_the_lock_is_given_back() {
     let set = SentinelSet::start().unwrap();
