@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use crate::backend::redis::RawStatus;
 use crate::backend::redis::ReplicaAcks;
-use crate::backend::{AcquireReply, Released};
+use crate::backend::{AcquireReply, Queueing, Released};
 use crate::client::ClientInner;
 use crate::error::{Error, InputError, Result};
 use crate::guard::Guard;
@@ -90,6 +90,50 @@ impl LockStatus {
             remaining_lease: raw.remaining,
             fencing_token: raw.current_token,
             last_token: raw.last_token,
+        }
+    }
+}
+
+/// The longest a waiter's place in the server's queue lasts without being renewed (locks
+/// renewed by the watchdog; a fixed lease is its own window).
+const PLACE_WINDOW: Duration = Duration::from_secs(5);
+
+/// What one acquire attempt found.
+enum Attempted {
+    Acquired(Guard),
+    Held {
+        remaining: Option<Duration>,
+        /// The place the attempt took in the server's wait queue.
+        queued: Option<Place>,
+    },
+}
+
+/// A place in the server's wait queue: the attempt that took (or last renewed) it, and when
+/// that request was sent, which is when a lease handed over to it counts from.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    attempt: u64,
+    sent: Instant,
+}
+
+/// The place of a waiting `acquire` in the server's queue. Dropped while still taken (wait
+/// timed out, future dropped, error), the background task gives it up, and gives back the
+/// lock if it was handed over meanwhile (attempt-checked, like an undone acquire).
+struct QueuePlace<'a> {
+    lock: &'a Lock,
+    keys: &'a Arc<LockKeys>,
+    taken: Option<Place>,
+}
+
+impl Drop for QueuePlace<'_> {
+    fn drop(&mut self) {
+        if let Some(place) = self.taken {
+            self.lock.client.watchdog.send(Request::Release {
+                client: self.lock.client.clone(),
+                keys: self.keys.clone(),
+                owner: self.lock.owner.clone(),
+                attempt: Some(place.attempt),
+            });
         }
     }
 }
@@ -207,17 +251,41 @@ impl Lock {
     /// One attempt: the guard, or the holder's remaining lease.
     pub async fn try_acquire(&self) -> Result<Result<Guard, Contended>> {
         let (keys, lease, renew) = self.checked()?;
-        self.attempt(keys, lease, renew)
+        let attempted = self
+            .attempt(keys, lease, renew, Queueing::default())
             .instrument(tracing::debug_span!("try_acquire", lock = %self.name))
-            .await
+            .await?;
+        Ok(match attempted {
+            Attempted::Acquired(guard) => Ok(guard),
+            Attempted::Held { remaining, .. } => Err(Contended {
+                remaining_lease: remaining,
+            }),
+        })
     }
 
     async fn acquire_until(&self, deadline: Option<(Instant, Duration)>) -> Result<Guard> {
         let (keys, lease, renew) = self.checked()?;
         let waiters = &self.client.waiters;
-        // Queue behind this client's waiters instead of barging in.
-        if !waiters.has_waiters(&keys.channel) {
-            if let Ok(guard) = self.attempt(keys, lease, renew).await? {
+        let queues = self.client.backend.queues();
+        // How long a place in the server's queue stays valid without being renewed: a waiter
+        // that dies is skipped (or, if handed the lock, loses it) after at most this long. A
+        // fixed lease is never renewed, so there the place is as long as the lease.
+        let window = if renew {
+            lease.min(PLACE_WINDOW)
+        } else {
+            lease
+        };
+        // Queue behind this client's waiters instead of barging in. A caller that is not yet
+        // subscribed to the lock's channel tries once first (an uncontended acquire costs one
+        // round trip); one that is (a lock contended a moment ago) queues up at once, so that
+        // its first attempt can take a place in the server's queue too.
+        let queue_at_once =
+            waiters.has_waiters(&keys.channel) || (queues && waiters.is_subscribed(&keys.channel));
+        if !queue_at_once {
+            if let Attempted::Acquired(guard) = self
+                .attempt(keys, lease, renew, Queueing::default())
+                .await?
+            {
                 return Ok(guard);
             }
         }
@@ -254,26 +322,74 @@ impl Lock {
                 }
             }
         };
-        loop {
-            while !ticket.is_head() {
-                wait(None).await.map_err(|_| timed_out())?;
-            }
-            if let Some(held_for) = ticket.take_handoff() {
-                // The previous head just acquired: wait for its release, not more than its lease.
-                wait(Some(held_for)).await.map_err(|_| timed_out())?;
-            }
-            match self.attempt(keys, lease, renew).await? {
-                Ok(guard) => {
-                    ticket.acquired(lease);
-                    return Ok(guard);
+        // Our place in the server's queue, given up (in the background) if we stop waiting.
+        let mut place = QueuePlace {
+            lock: self,
+            keys,
+            taken: None,
+        };
+        let waited = async {
+            loop {
+                while !ticket.is_head() {
+                    wait(None).await.map_err(|_| timed_out())?;
                 }
-                Err(Contended { remaining_lease }) => {
-                    let bound = remaining_lease.unwrap_or(self.client.options.default_lease);
-                    tracing::trace!(lock = %keys.name, ?bound, "held; waiting for a release");
-                    wait(Some(bound)).await.map_err(|_| timed_out())?;
+                let handoff = ticket.take_handoff();
+                if let (false, Some(held_for)) = (queues, handoff) {
+                    // The previous head just acquired: wait for its release, not more than its lease.
+                    wait(Some(held_for)).await.map_err(|_| timed_out())?;
+                }
+                if let Some(taken) = place.taken {
+                    if let Some(token) = ticket.take_grant(taken.attempt) {
+                        // The release script handed the lock to our place; its lease counts from
+                        // the request that took the place.
+                        place.taken = None;
+                        ticket.acquired(lease);
+                        tracing::debug!(lock = %keys.name, token, "handed over");
+                        return Ok(self.guard(keys, lease, renew, (taken.sent, window), token, 1));
+                    }
+                }
+                let queueing = Queueing {
+                    join: queues.then_some(window),
+                    claim: place.taken.map(|t| t.attempt),
+                };
+                // The handover to the place this attempt takes can arrive before its reply:
+                // the ticket knows the attempt id before it is sent.
+                let id = rand::random();
+                if queues {
+                    ticket.queued(id);
+                }
+                match self.attempt_as(id, keys, lease, renew, queueing).await? {
+                    Attempted::Acquired(guard) => {
+                        place.taken = None;
+                        ticket.acquired(lease);
+                        return Ok(guard);
+                    }
+                    Attempted::Held { remaining, queued } => {
+                        let mut bound = remaining.unwrap_or(self.client.options.default_lease);
+                        if let Some(taken) = queued {
+                            place.taken = Some(taken);
+                            // The handover comes as a message; this bound only renews the place
+                            // before its window runs out (and covers a lost message, or a lock
+                            // handed to a waiter that died).
+                            bound = bound.min(window / 2);
+                        }
+                        tracing::trace!(lock = %keys.name, ?bound, "held; waiting for a release");
+                        wait(Some(bound)).await.map_err(|_| timed_out())?;
+                    }
                 }
             }
         }
+        .await;
+        // A wait that timed out gives up its place before returning, not in the background:
+        // a process that exits on the timeout must not be handed the lock afterwards.
+        if let (Err(Error::Timeout { .. }), Some(taken)) = (&waited, place.taken.take()) {
+            let _ = self
+                .client
+                .backend
+                .release(keys, &self.owner, Some(taken.attempt))
+                .await;
+        }
+        waited
     }
 
     /// One acquire round trip, and the guard when it succeeded.
@@ -282,11 +398,25 @@ impl Lock {
         keys: &Arc<LockKeys>,
         lease: Duration,
         renew: bool,
-    ) -> Result<Result<Guard, Contended>> {
+        queueing: Queueing,
+    ) -> Result<Attempted> {
+        self.attempt_as(rand::random(), keys, lease, renew, queueing)
+            .await
+    }
+
+    /// [`Lock::attempt`] with the attempt id chosen by the caller.
+    async fn attempt_as(
+        &self,
+        id: u64,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        renew: bool,
+        queueing: Queueing,
+    ) -> Result<Attempted> {
         let mut pending = PendingAttempt {
             lock: self,
             keys,
-            id: rand::random(),
+            id,
             armed: true,
         };
         let sent = Instant::now();
@@ -304,30 +434,38 @@ impl Lock {
                 self.options
                     .replica_acks
                     .map(|(replicas, timeout)| ReplicaAcks { replicas, timeout }),
+                queueing,
             )
             .await;
         match reply {
             Ok(AcquireReply::Acquired { token, count }) => {
                 pending.armed = false;
-                let state = Arc::new(LeaseState::new(
-                    keys.clone(),
-                    self.owner.clone(),
+                tracing::debug!(lock = %keys.name, token, count, "acquired");
+                Ok(Attempted::Acquired(self.guard(
+                    keys,
                     lease,
                     renew,
-                    valid_until,
-                    watchdog.renew_at(sent, lease),
-                ));
-                watchdog.track(&state);
-                tracing::debug!(lock = %keys.name, token, count, "acquired");
-                Ok(Ok(Guard::new(self.client.clone(), state, token, count)))
+                    (sent, lease),
+                    token,
+                    count,
+                )))
             }
-            Ok(AcquireReply::Held { remaining, undo }) => {
+            Ok(AcquireReply::Held {
+                remaining,
+                undo,
+                queued,
+            }) => {
                 // RedLock servers that granted a minority keep `undo` armed: dropping
-                // `pending` then removes those holds in the background.
+                // `pending` then removes those holds in the background. A place taken in the
+                // server's queue is the caller's to give up (`QueuePlace`).
                 pending.armed = undo;
-                Ok(Err(Contended {
-                    remaining_lease: remaining,
-                }))
+                Ok(Attempted::Held {
+                    remaining,
+                    queued: queued.then_some(Place {
+                        attempt: pending.id,
+                        sent,
+                    }),
+                })
             }
             // A server error (e.g. WRONGTYPE) means the script did not run to the end; only a
             // lost reply, or a RedLock majority that failed, leaves holds possibly behind and
@@ -338,6 +476,32 @@ impl Lock {
                 Err(e)
             }
         }
+    }
+
+    /// A guard for a holding granted for `granted.1` by a request sent at `granted.0` (the
+    /// lease, or a queue place's window): the deadline and the first renewal count from then;
+    /// renewals ask for the whole lease.
+    fn guard(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        renew: bool,
+        granted: (Instant, Duration),
+        token: u64,
+        count: u64,
+    ) -> Guard {
+        let watchdog = &self.client.watchdog;
+        let (sent, term) = granted;
+        let state = Arc::new(LeaseState::new(
+            keys.clone(),
+            self.owner.clone(),
+            lease,
+            renew,
+            watchdog.deadline(sent, term),
+            watchdog.renew_at(sent, term),
+        ));
+        watchdog.track(&state);
+        Guard::new(self.client.clone(), state, token, count)
     }
 
     /// Gives back one hold of this handle's owner without a guard: for an owner id shared

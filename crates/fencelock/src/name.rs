@@ -15,8 +15,12 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     /// The fencing counter. It has no TTL so that tokens keep increasing across holders.
     pub(crate) fence: String,
-    /// The channel that carries release notifications.
+    /// The channel that carries release notifications and handovers (`=grant ...`).
     pub(crate) channel: String,
+    /// The wait queue: owners in arrival order, handed the lock by the release script.
+    pub(crate) queue: String,
+    /// Each queued owner's place: `attempt window_ms since_us`.
+    pub(crate) waiting: String,
 }
 
 impl LockKeys {
@@ -27,6 +31,8 @@ impl LockKeys {
             name: name.to_owned(),
             fence: format!("{lock}:fence"),
             channel: format!("{lock}:released"),
+            queue: format!("{lock}:queue"),
+            waiting: format!("{lock}:waiting"),
             lock,
         })
     }

@@ -1,12 +1,15 @@
-//! Local wait queues, fed by release notifications.
+//! Local wait queues, fed by release notifications and handovers.
 //!
 //! All waiters of one client share its subscriber connection. Per lock, the waiters of this
-//! client form a FIFO queue and only its head talks to the server: a release message wakes the
-//! head, which makes one acquire attempt. This keeps a contended lock at about two commands per
-//! acquisition (the holder's release and the next head's acquire), stops a releasing task from
-//! barging ahead of the queue, and hands the lock over in arrival order among this client's
-//! waiters. Waiters of *different* clients still race, each client's head woken by the same
-//! message.
+//! client form a FIFO queue and only its head talks to the server. On one server (Sentinel,
+//! Cluster) the head's attempt also takes a place in the server's wait queue, and the release
+//! script hands the lock to the first place with a `=grant <attempt> <token>` message: only
+//! the waiter that place belongs to is woken, and it holds the lock without another command.
+//! So a contended lock costs about two commands per acquisition (the release, and the next
+//! head's attempt that takes its place) and is handed over in arrival order, across clients
+//! too. Any other message (a release with nobody queued, a forced unlock, a lost subscription)
+//! wakes each client's head, which tries again. With RedLock there is no server queue (each
+//! server would hand over on its own): heads of different clients race for the majority.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -26,6 +29,14 @@ pub(crate) struct Slot {
     /// Set when this slot became head because its predecessor acquired the lock: the lock is
     /// held for up to this long, so attempting before a release message would be wasted.
     handoff: Mutex<Option<Duration>>,
+    /// The attempt id of this waiter's place in the server's wait queue, if it has one.
+    place: Mutex<Option<u64>>,
+    /// A handover to that place: (attempt id, fencing token).
+    grant: Mutex<Option<(u64, u64)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +66,12 @@ impl WaitRegistry {
             .is_some_and(|q| !q.waiters.is_empty())
     }
 
+    /// Whether the subscriber connection receives `channel` already (a lock waited for a
+    /// moment ago; the subscription lingers).
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.channels().get(channel).is_some_and(|q| q.subscribed)
+    }
+
     /// Joins the queue of `channel`, and makes sure the subscriber connection receives its
     /// releases before returning, so that a release after this point cannot be missed.
     pub(crate) async fn join(
@@ -73,7 +90,7 @@ impl WaitRegistry {
             client: client.clone(),
             channel: channel.to_owned(),
             slot,
-            acquired: None,
+            acquired: Mutex::new(None),
         };
         if !subscribed {
             let _order = self.subscription.lock().await;
@@ -136,10 +153,38 @@ impl WaitRegistry {
     }
 }
 
+/// `=grant <attempt> <token>`: the release script handed the lock to the queue place that
+/// `attempt` took.
+fn parse_grant(message: &[u8]) -> Option<(u64, u64)> {
+    let text = std::str::from_utf8(message.strip_prefix(b"=grant ")?).ok()?;
+    let (attempt, token) = text.split_once(' ')?;
+    Some((attempt.parse().ok()?, token.parse().ok()?))
+}
+
 impl ReleaseSink for WaitRegistry {
-    fn released(&self, channel: &str, _message: &[u8]) {
-        if let Some(head) = self.channels().get(channel).and_then(|q| q.waiters.front()) {
-            head.notify.notify_one();
+    fn released(&self, channel: &str, message: &[u8]) {
+        let channels = self.channels();
+        let Some(queue) = channels.get(channel) else {
+            return;
+        };
+        match parse_grant(message) {
+            // A handover wakes only the waiter it was made to, if it is one of ours: the
+            // other waiters keep their places, instead of all racing for the lock.
+            Some((attempt, token)) => {
+                if let Some(slot) = queue
+                    .waiters
+                    .iter()
+                    .find(|s| *lock(&s.place) == Some(attempt))
+                {
+                    *lock(&slot.grant) = Some((attempt, token));
+                    slot.notify.notify_one();
+                }
+            }
+            None => {
+                if let Some(head) = queue.waiters.front() {
+                    head.notify.notify_one();
+                }
+            }
         }
     }
 
@@ -158,7 +203,8 @@ pub(crate) struct Ticket {
     client: Arc<ClientInner>,
     channel: String,
     slot: Arc<Slot>,
-    acquired: Option<Duration>,
+    /// Set when this waiter got the lock, with its lease: passed on to the next in the queue.
+    acquired: Mutex<Option<Duration>>,
 }
 
 impl Ticket {
@@ -180,16 +226,33 @@ impl Ticket {
             .take()
     }
 
+    /// Records the place this waiter took in the server's queue (by the attempt `attempt`).
+    pub(crate) fn queued(&self, attempt: u64) {
+        *lock(&self.slot.place) = Some(attempt);
+    }
+
+    /// The fencing token of a handover to the place `attempt` took, if one arrived.
+    pub(crate) fn take_grant(&self, attempt: u64) -> Option<u64> {
+        let mut grant = lock(&self.slot.grant);
+        match *grant {
+            Some((a, token)) if a == attempt => {
+                *grant = None;
+                Some(token)
+            }
+            _ => None,
+        }
+    }
+
     /// Leaves the queue after acquiring with this lease.
-    pub(crate) fn acquired(mut self, lease: Duration) {
-        self.acquired = Some(lease);
+    pub(crate) fn acquired(&self, lease: Duration) {
+        *lock(&self.acquired) = Some(lease);
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let waiters = &self.client.waiters;
-        if waiters.leave(&self.channel, &self.slot, self.acquired) {
+        if waiters.leave(&self.channel, &self.slot, *lock(&self.acquired)) {
             self.client.watchdog.send(Request::Unsubscribe {
                 client: self.client.clone(),
                 channel: std::mem::take(&mut self.channel),

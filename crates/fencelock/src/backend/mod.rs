@@ -30,11 +30,26 @@ pub(crate) enum AcquireReply {
     },
     /// Not acquired: another owner holds it (`remaining`: its lease, `None` when it has no
     /// expiry, or how long to back off). `undo`: the attempt may have left holds behind
-    /// (RedLock servers that granted a minority) that must be removed.
+    /// (RedLock servers that granted a minority) that must be removed. `queued`: the attempt
+    /// took a place in the server's wait queue; the release script will hand the lock to it.
     Held {
         remaining: Option<Duration>,
         undo: bool,
+        queued: bool,
     },
+}
+
+/// A waiter's part in an acquire attempt, where the server keeps a wait queue (one server,
+/// Sentinel, Cluster; not RedLock, whose servers would each hand over on their own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Queueing {
+    /// Take (or renew) a place in the queue if the lock is held, valid for this long from
+    /// the request: the caller is subscribed to the lock's channel and will hear of the
+    /// handover, which gives it what is left of the window.
+    pub(crate) join: Option<Duration>,
+    /// The attempt id of the caller's place so far: a handover to it that the caller did not
+    /// hear of (lost message) is claimed by this attempt.
+    pub(crate) claim: Option<u64>,
 }
 
 /// What a release did.
@@ -92,6 +107,7 @@ impl Backend {
 
     /// One acquire attempt. `valid_until`: an acquisition completed after this instant has no
     /// validity left and counts as failed (RedLock).
+    #[allow(clippy::too_many_arguments)] // the attempt's parts, passed on to the backend
     pub(crate) async fn acquire(
         &self,
         keys: &Arc<LockKeys>,
@@ -100,14 +116,23 @@ impl Backend {
         attempt: u64,
         valid_until: tokio::time::Instant,
         acks: Option<ReplicaAcks>,
+        queueing: Queueing,
     ) -> Result<AcquireReply, Error> {
         match self {
-            Backend::One(b) => b.acquire(keys, owner, lease_ms, attempt, None, acks).await,
+            Backend::One(b) => {
+                b.acquire(keys, owner, lease_ms, attempt, None, acks, queueing)
+                    .await
+            }
             Backend::RedLock(r) => {
                 r.acquire(keys, owner, lease_ms, attempt, valid_until, acks)
                     .await
             }
         }
+    }
+
+    /// Whether the server keeps a wait queue and hands the lock over on release.
+    pub(crate) fn queues(&self) -> bool {
+        matches!(self, Backend::One(_))
     }
 
     /// Gives back one hold; with `attempt`, only the hold that attempt took.

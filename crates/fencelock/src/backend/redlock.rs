@@ -16,7 +16,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use super::redis::{RawStatus, RedisBackend, ReplicaAcks};
-use super::{AcquireReply, ReleaseSink, Released, RenewItem, Renewal};
+use super::{AcquireReply, Queueing, ReleaseSink, Released, RenewItem, Renewal};
 use crate::error::{Error, ServerOutcome};
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
@@ -219,8 +219,16 @@ impl RedLock {
         let mut pending = self.fan_out(|s| {
             let (keys, owner) = (keys.clone(), owner.clone());
             async move {
-                s.acquire(&keys, &owner, lease_ms, attempt, Some(proposal), acks)
-                    .await
+                s.acquire(
+                    &keys,
+                    &owner,
+                    lease_ms,
+                    attempt,
+                    Some(proposal),
+                    acks,
+                    Queueing::default(),
+                )
+                .await
             }
         });
         // Raw replies: turned into `ServerOutcome`s (with strings) only for an error.
@@ -253,6 +261,7 @@ impl RedLock {
                 return Ok(AcquireReply::Held {
                     remaining: held_remaining[0],
                     undo,
+                    queued: false,
                 });
             }
             if failed > n - self.quorum {
@@ -269,6 +278,7 @@ impl RedLock {
             return Ok(AcquireReply::Held {
                 remaining: Some(backoff),
                 undo,
+                queued: false,
             });
         }
 
@@ -302,6 +312,7 @@ impl RedLock {
                 return Ok(AcquireReply::Held {
                     remaining: Some(Duration::from_millis(5 + rand::random::<u64>() % 45)),
                     undo: true,
+                    queued: false,
                 });
             }
         }
@@ -311,6 +322,7 @@ impl RedLock {
             return Ok(AcquireReply::Held {
                 remaining: Some(Duration::ZERO),
                 undo: true,
+                queued: false,
             });
         }
         self.highest.fetch_max(token, Ordering::Relaxed);
@@ -458,7 +470,15 @@ impl RedLock {
             self.finisher.finish(async move {
                 let attempt = rand::random();
                 let _ = server
-                    .acquire(&keys, &owner, lease_ms, attempt, Some(proposal), None)
+                    .acquire(
+                        &keys,
+                        &owner,
+                        lease_ms,
+                        attempt,
+                        Some(proposal),
+                        None,
+                        Queueing::default(),
+                    )
                     .await;
             });
         }

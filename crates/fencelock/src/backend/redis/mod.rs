@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
-use super::{AcquireReply, ReleaseSink, Released, Renewal};
+use super::{AcquireReply, Queueing, ReleaseSink, Released, Renewal};
 use crate::error::Error;
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
@@ -45,8 +45,15 @@ struct Scripts {
 fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        acquire: Lua::new(include_str!("acquire.lua")),
-        release: Lua::new(include_str!("release.lua")),
+        // Both issue fencing tokens: the rule is written once, in token.lua.
+        acquire: Lua::new(concat!(
+            include_str!("token.lua"),
+            include_str!("acquire.lua")
+        )),
+        release: Lua::new(concat!(
+            include_str!("token.lua"),
+            include_str!("release.lua")
+        )),
         extend: Lua::new(include_str!("extend.lua")),
         status: Lua::new(include_str!("status.lua")),
         force_unlock: Lua::new(include_str!("force_unlock.lua")),
@@ -354,6 +361,7 @@ impl RedisBackend {
     }
 
     /// One acquire attempt.
+    #[allow(clippy::too_many_arguments)] // one per script argument
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -362,24 +370,40 @@ impl RedisBackend {
         attempt: u64,
         proposal: Option<u64>,
         acks: Option<ReplicaAcks>,
+        queueing: Queueing,
     ) -> Result<AcquireReply, Error> {
         let script = &scripts().acquire;
-        let mut call = evalsha(script, 2);
-        call.arg(&keys.lock)
-            .arg(&keys.fence)
-            .arg(owner)
-            .arg(lease_ms)
-            .arg(attempt);
-        if let Some(token) = proposal {
-            call.arg(token);
+        // Keys and trailing arguments the script does not need are left out: every one costs
+        // the server. The queue's keys are only touched when queueing.
+        let queueing_keys = queueing != Queueing::default();
+        let mut call = evalsha(script, if queueing_keys { 4 } else { 2 });
+        call.arg(&keys.lock).arg(&keys.fence);
+        if queueing_keys {
+            call.arg(&keys.queue).arg(&keys.waiting);
         }
+        call.arg(owner).arg(lease_ms).arg(attempt);
+        if proposal.is_some() || queueing_keys {
+            match proposal {
+                Some(token) => call.arg(token),
+                None => call.arg(""),
+            };
+            match queueing.join {
+                Some(window) => call.arg(window.as_millis() as u64),
+                None => call.arg(""),
+            };
+            match queueing.claim {
+                Some(id) => call.arg(id),
+                None => call.arg(""),
+            };
+        }
+        let queued = queueing.join.is_some();
         match acks {
             None => {
                 let reply: Vec<Value> = self.run(keys, script, &call).await?;
-                self.parse_acquire(keys, &reply)
+                self.parse_acquire(keys, &reply, queued)
             }
             Some(acks) => {
-                self.acquire_replicated(keys, &call, owner, attempt, acks)
+                self.acquire_replicated(keys, &call, owner, attempt, acks, queued)
                     .await
             }
         }
@@ -396,6 +420,7 @@ impl RedisBackend {
         owner: &str,
         attempt: u64,
         acks: ReplicaAcks,
+        queued: bool,
     ) -> Result<AcquireReply, Error> {
         let (reply, mut lent) = match self.acquire_on_lent(keys, call).await? {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -405,7 +430,7 @@ impl RedisBackend {
             other => other,
         }
         .map_err(|e| self.error(Some(keys), e))?;
-        let reply = self.parse_acquire(keys, &reply)?;
+        let reply = self.parse_acquire(keys, &reply, queued)?;
         if !matches!(reply, AcquireReply::Acquired { .. }) {
             lent.give_back(self);
             return Ok(reply);
@@ -462,7 +487,12 @@ impl RedisBackend {
         }
     }
 
-    fn parse_acquire(&self, keys: &LockKeys, reply: &[Value]) -> Result<AcquireReply, Error> {
+    fn parse_acquire(
+        &self,
+        keys: &LockKeys,
+        reply: &[Value],
+        queued: bool,
+    ) -> Result<AcquireReply, Error> {
         match reply {
             [Value::Int(1), Value::Int(count), token] => Ok(AcquireReply::Acquired {
                 token: self.token(keys, token)?,
@@ -471,6 +501,7 @@ impl RedisBackend {
             [Value::Int(0), Value::Int(pttl)] => Ok(AcquireReply::Held {
                 remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
                 undo: false,
+                queued,
             }),
             other => Err(self.protocol(keys, &format!("acquire replied {other:?}"))),
         }
@@ -496,8 +527,13 @@ impl RedisBackend {
         message: Option<&str>,
     ) -> Result<Released, Error> {
         let script = &scripts().release;
-        let mut call = evalsha(script, 1);
-        call.arg(&keys.lock).arg(owner).arg(&keys.channel);
+        let mut call = evalsha(script, 4);
+        call.arg(&keys.lock)
+            .arg(&keys.fence)
+            .arg(&keys.queue)
+            .arg(&keys.waiting)
+            .arg(owner)
+            .arg(&keys.channel);
         match attempt {
             Some(id) => call.arg(id),
             None => call.arg(""),
@@ -666,8 +702,10 @@ impl RedisBackend {
     /// Deletes a lock whatever its owner and wakes its waiters. Returns the owners it had.
     pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<Vec<(String, u64)>, Error> {
         let script = &scripts().force_unlock;
-        let mut call = evalsha(script, 1);
+        let mut call = evalsha(script, 3);
         call.arg(&keys.lock)
+            .arg(&keys.queue)
+            .arg(&keys.waiting)
             .arg(&keys.channel)
             .arg(self.publish_mode());
         let fields: Vec<(String, String)> = self.run(keys, script, &call).await?;

@@ -1,0 +1,251 @@
+//! The server-side wait queue: waiters of different clients are served in arrival order, the
+//! release script hands the lock over (one command per handover), and places of waiters that
+//! gave up or died do not block the lock.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use fencelock::{Client, Error, Guard, Released};
+use fencelock_testkit::RedisServer;
+
+/// The length of one of the lock's queue keys (`LLEN` of the list, `HLEN` of the hash).
+fn length(server: &RedisServer, command: &str, key: &str) -> i64 {
+    server
+        .command(&[command, key])
+        .ok()
+        .and_then(|r| r.int())
+        .unwrap_or(-1)
+}
+
+/// Owners in the wait queue of `name`.
+fn queue_len(server: &RedisServer, name: &str) -> i64 {
+    length(server, "LLEN", &format!("fencelock:{{{name}}}:queue"))
+}
+
+/// Places recorded for `name`.
+fn places(server: &RedisServer, name: &str) -> i64 {
+    length(server, "HLEN", &format!("fencelock:{{{name}}}:waiting"))
+}
+
+/// The server's clock in microseconds, as the scripts read it.
+fn server_micros(server: &RedisServer) -> u64 {
+    match server.command(&["TIME"]).unwrap() {
+        fencelock_testkit::Reply::Array(Some(t)) => {
+            let secs: u64 = t[0].text().unwrap().parse().unwrap();
+            let micros: u64 = t[1].text().unwrap().parse().unwrap();
+            secs * 1_000_000 + micros
+        }
+        other => panic!("TIME replied {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_different_clients_are_served_in_arrival_order() {
+    let server = server();
+    let holder = client(&server).await;
+    let guard = holder.lock("line").acquire().await.unwrap();
+    let first_token = guard.fencing_token();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let waiter = client(&server).await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = waiter.lock("line").acquire().await.unwrap();
+            order.lock().unwrap().push((i, g.fencing_token()));
+            assert_eq!(g.hold_count(), 1);
+            assert_eq!(g.release().await.unwrap(), Released::Released);
+        }));
+        // Each takes its place before the next one comes.
+        eventually(5.0, "the waiter took its place", || {
+            queue_len(&server, "line") == i + 1
+        })
+        .await;
+    }
+    // Load the release script now, so that its first NOSCRIPT round does not count below.
+    assert_eq!(
+        holder.lock("warm").release().await.unwrap(),
+        Released::NotHeld
+    );
+    let base = server.command_calls("evalsha");
+    guard.release().await.unwrap();
+    for task in tasks {
+        within(10.0, "every waiter served", task).await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let who: Vec<i64> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(who, vec![0, 1, 2, 3], "not served in arrival order");
+    let mut last = first_token;
+    for (_, token) in &order {
+        assert!(*token > last, "tokens {order:?} after {first_token}");
+        last = *token;
+    }
+    // Five releases, each handing the lock to the next place; no waiter had to ask again.
+    assert_eq!(server.command_calls("evalsha") - base, 5);
+    assert_eq!(queue_len(&server, "line"), 0);
+    assert_eq!(places(&server, "line"), 0);
+    assert!(!has_key(&server, "line"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_give_up_leave_the_queue() {
+    let server = server();
+    let holder = client(&server).await;
+    let guard = holder.lock("patience").acquire().await.unwrap();
+    let waiter = client(&server).await;
+
+    // A timed-out wait gives its place up before it returns.
+    let timed_out = waiter
+        .lock("patience")
+        .acquire_timeout(Duration::from_millis(300))
+        .await;
+    assert!(
+        matches!(timed_out, Err(Error::Timeout { .. })),
+        "{timed_out:?}"
+    );
+    assert_eq!(queue_len(&server, "patience"), 0);
+    assert_eq!(places(&server, "patience"), 0);
+
+    // A wait that is dropped gives it up in the background.
+    let lock = waiter.lock("patience");
+    let task = tokio::spawn(async move { lock.acquire().await });
+    eventually(5.0, "the waiter took its place", || {
+        queue_len(&server, "patience") == 1
+    })
+    .await;
+    task.abort();
+    eventually(5.0, "the dropped wait left the queue", || {
+        queue_len(&server, "patience") == 0 && places(&server, "patience") == 0
+    })
+    .await;
+
+    // Nobody is handed the lock: the release frees it.
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert!(!has_key(&server, "patience"));
+}
+
+/// A place left by a waiter that died is skipped once its window has passed; while the window
+/// lasts, the dead waiter is handed the lock, which then runs out, and the live waiter behind
+/// it gets the lock when it renews its place (within half a window), not after a whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn places_of_dead_waiters_do_not_block_the_lock() {
+    let server = server();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+
+    // A place whose window has passed is skipped.
+    let past = server_micros(&server) - 2_000_000;
+    let (guard, task) = ghost_ahead(&server, &holder, &waiter, "expired", past).await;
+    guard.release().await.unwrap();
+    let next = within(5.0, "handed past the expired place", task)
+        .await
+        .unwrap();
+    let status = waiter.status("ghosts").await.unwrap();
+    assert_eq!(status.owners.len(), 1);
+    assert_ne!(status.owners[0].0, "expired");
+    next.release().await.unwrap();
+
+    // A place whose window still runs: the dead waiter is handed the lock for what is left.
+    let now = server_micros(&server);
+    let (guard, task) = ghost_ahead(&server, &holder, &waiter, "dead", now).await;
+    guard.release().await.unwrap();
+    let status = waiter.status("ghosts").await.unwrap();
+    assert_eq!(status.owners, vec![("dead".to_owned(), 1)]);
+    assert!(status.remaining_lease.unwrap() <= Duration::from_millis(1000));
+    // The dead waiter's holding runs out after at most 1 s; the live waiter renews its place
+    // every 2.5 s at the latest (half the 5 s window) and then takes the free lock.
+    let next = within(5.0, "the live waiter after the dead one", task)
+        .await
+        .unwrap();
+    assert!(next.is_held());
+    next.release().await.unwrap();
+}
+
+/// `holder` takes the lock "ghosts"; a place for the dead waiter `ghost` (a 1 s window from
+/// `since` µs) is queued by hand, then a live waiter of `waiter` queues behind it.
+async fn ghost_ahead(
+    server: &RedisServer,
+    holder: &Client,
+    waiter: &Client,
+    ghost: &str,
+    since: u64,
+) -> (Guard, tokio::task::JoinHandle<Guard>) {
+    let guard = holder.lock("ghosts").acquire().await.unwrap();
+    server
+        .command(&["RPUSH", "fencelock:{ghosts}:queue", ghost])
+        .unwrap();
+    let place = format!("{} 1000 {since}", since % 1000 + 1);
+    server
+        .command(&["HSET", "fencelock:{ghosts}:waiting", ghost, &place])
+        .unwrap();
+    let lock = waiter.lock("ghosts");
+    let task = tokio::spawn(async move { lock.acquire().await.unwrap() });
+    eventually(5.0, "the live waiter queued behind", || {
+        queue_len(server, "ghosts") == 2
+    })
+    .await;
+    (guard, task)
+}
+
+/// A handover whose message never arrived (the subscription was down) is claimed by the
+/// waiter's next attempt: one hold, not two, and the lock is free after one release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_whose_message_was_lost_is_claimed() {
+    let server = server();
+    let holder = client(&server).await;
+    let guard = holder.lock("quiet").acquire().await.unwrap();
+    let waiter = client(&server).await;
+    let lock = waiter.lock("quiet");
+    let task = tokio::spawn(async move { lock.acquire().await.unwrap() });
+    eventually(5.0, "the waiter took its place", || {
+        queue_len(&server, "quiet") == 1
+    })
+    .await;
+    // Hand the lock to the waiter's place as release.lua does, but without the message.
+    let owner = server
+        .command(&["LINDEX", "fencelock:{quiet}:queue", "0"])
+        .unwrap()
+        .text()
+        .unwrap();
+    let place = server
+        .command(&["HGET", "fencelock:{quiet}:waiting", &owner])
+        .unwrap()
+        .text()
+        .unwrap();
+    let attempt = place.split(' ').next().unwrap().to_owned();
+    let token = (guard.fencing_token() + 1).to_string();
+    let handed = server
+        .command(&[
+            "EVAL",
+            "redis.call('DEL', KEYS[1]) \
+             redis.call('LPOP', KEYS[2]) redis.call('HDEL', KEYS[3], ARGV[1]) \
+             redis.call('HSET', KEYS[1], ARGV[1], 1, '=token', ARGV[3], '=attempt', ARGV[2]) \
+             redis.call('PEXPIRE', KEYS[1], 5000) return 1",
+            "3",
+            "fencelock:{quiet}",
+            "fencelock:{quiet}:queue",
+            "fencelock:{quiet}:waiting",
+            &owner,
+            &attempt,
+            &token,
+        ])
+        .unwrap();
+    assert_eq!(handed.int(), Some(1));
+    assert!(!task.is_finished());
+    // The subscription drops (as in a network failure); the waiter asks again and claims it.
+    server
+        .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
+        .unwrap();
+    let next = within(5.0, "the waiter claims the handover", task)
+        .await
+        .unwrap();
+    assert_eq!(next.hold_count(), 1);
+    assert_eq!(next.fencing_token().to_string(), token);
+    assert_eq!(next.release().await.unwrap(), Released::Released);
+    assert!(!has_key(&server, "quiet"));
+    // The old holder's lock was taken from it by hand: its release changes nothing.
+    assert_eq!(guard.release().await.unwrap(), Released::NotHeld);
+}
