@@ -266,7 +266,9 @@ impl Lock {
     async fn acquire_until(&self, deadline: Option<(Instant, Duration)>) -> Result<Guard> {
         let (keys, lease, renew) = self.checked()?;
         let waiters = &self.client.waiters;
-        let queues = self.client.backend.queues();
+        // A handover is written by the releasing holder's script, with no `WAIT` for replicas:
+        // locks that want replica acknowledgement take the lock themselves instead.
+        let queues = self.client.backend.queues() && self.options.replica_acks.is_none();
         // How long a place in the server's queue stays valid without being renewed: a waiter
         // that dies is skipped (or, if handed the lock, loses it) after at most this long. A
         // fixed lease is never renewed, so there the place is as long as the lease.

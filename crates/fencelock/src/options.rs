@@ -40,6 +40,9 @@ impl LockOptions {
     /// close it. With RedLock, each server counts as granting only once its replicas
     /// acknowledged.
     ///
+    /// Such a lock does not take a place in the server's wait queue (a handover is not
+    /// followed by `WAIT`): its waiters retry when the lock is released, as with RedLock.
+    ///
     /// `timeout` must be shorter than the lease (the lease runs while the replicas are
     /// awaited). `WAIT` blocks the connection it is sent on, so such acquisitions use a
     /// connection of their own: renewals and other locks of the client never wait behind it.
