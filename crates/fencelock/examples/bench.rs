@@ -69,7 +69,11 @@ fn load_acquire(server: &RedisServer) -> String {
         .command(&[
             "SCRIPT",
             "LOAD",
-            include_str!("../src/backend/redis/acquire.lua"),
+            // The script as the library sends it: the shared token rule, then acquire.lua.
+            concat!(
+                include_str!("../src/backend/redis/token.lua"),
+                include_str!("../src/backend/redis/acquire.lua")
+            ),
         ])
         .unwrap()
         .text()

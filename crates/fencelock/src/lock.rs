@@ -347,7 +347,16 @@ impl Lock {
                         place.taken = None;
                         ticket.acquired(lease);
                         tracing::debug!(lock = %keys.name, token, "handed over");
-                        return Ok(self.guard(keys, lease, renew, (taken.sent, window), token, 1));
+                        let guard = self.guard(keys, lease, renew, (taken.sent, window), token, 1);
+                        if !renew {
+                            // What is left of the window may be less than the fixed lease the
+                            // caller asked for (the watchdog would renew it; here nothing will).
+                            // A failure shows in the guard, whose deadline stays honest.
+                            if let Err(e) = guard.extend(lease).await {
+                                tracing::debug!(lock = %keys.name, error = %e, "extending a handover failed");
+                            }
+                        }
+                        return Ok(guard);
                     }
                 }
                 let queueing = Queueing {

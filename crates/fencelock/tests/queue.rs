@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use fencelock::{Client, Error, Guard, Released};
+use fencelock::{Client, Error, Guard, LockOptions, Released};
 use fencelock_testkit::RedisServer;
 
 /// The length of one of the lock's queue keys (`LLEN` of the list, `HLEN` of the hash).
@@ -248,4 +248,35 @@ async fn a_handover_whose_message_was_lost_is_claimed() {
     assert!(!has_key(&server, "quiet"));
     // The old holder's lock was taken from it by hand: its release changes nothing.
     assert_eq!(guard.release().await.unwrap(), Released::NotHeld);
+}
+
+/// A waiter with a fixed lease (no watchdog) that is handed the lock holds it for its whole
+/// lease from the handover, not only for what was left of its place's window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_handed_over_is_a_whole_lease() {
+    let server = server();
+    let holder = client(&server).await;
+    let guard = holder.lock("fixed").acquire().await.unwrap();
+    let waiter = client(&server).await;
+    let lock = waiter
+        .lock("fixed")
+        .with_options(LockOptions::default().lease(Duration::from_secs(2)));
+    let task = tokio::spawn(async move { lock.acquire().await.unwrap() });
+    eventually(5.0, "the waiter took its place", || {
+        queue_len(&server, "fixed") == 1
+    })
+    .await;
+    // Most of the place's 2 s window passes before the handover.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    guard.release().await.unwrap();
+    let next = within(5.0, "handed over", task).await.unwrap();
+    let validity = next.remaining_validity().unwrap();
+    assert!(validity > Duration::from_millis(1500), "{validity:?}");
+    let ttl = server
+        .command(&["PTTL", "fencelock:{fixed}"])
+        .unwrap()
+        .int()
+        .unwrap();
+    assert!(ttl > 1500, "PTTL {ttl}");
+    next.release().await.unwrap();
 }
