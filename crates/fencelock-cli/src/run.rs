@@ -99,6 +99,15 @@ pub async fn run(args: RunArgs) -> u8 {
         },
         sig = signals.next() => return 128 + sig as u8,
     };
+    let code = hold_and_run(&client, &args, &mut signals).await;
+    // A RedLock release is decided by a majority; let it reach the other servers too before
+    // this process exits.
+    client.close().await;
+    code
+}
+
+/// Acquires the lock, runs PROGRAM under it, releases it; returns the exit status.
+async fn hold_and_run(client: &fencelock::Client, args: &RunArgs, signals: &mut Signals) -> u8 {
     let lock = client.lock(&args.key);
     let acquire = async {
         if args.no_wait {
@@ -148,7 +157,7 @@ pub async fn run(args: RunArgs) -> u8 {
     };
     tracing::debug!(key = %args.key, token = guard.fencing_token(), "lock acquired; starting PROGRAM");
 
-    let mut child = match spawn(&args, guard.fencing_token()) {
+    let mut child = match spawn(args, guard.fencing_token()) {
         Ok(child) => child,
         Err(e) => {
             let _ = guard.release().await;
@@ -164,7 +173,7 @@ pub async fn run(args: RunArgs) -> u8 {
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
-            _ = guard.lost() => return stop_after_loss(&args, guard, &mut child, group).await,
+            _ = guard.lost() => return stop_after_loss(args, guard, &mut child, group).await,
             sig = signals.next() => {
                 tracing::debug!(%sig, "forwarding to PROGRAM's process group");
                 if let Some(group) = group {

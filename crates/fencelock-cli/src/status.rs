@@ -151,7 +151,10 @@ pub async fn unlock(args: UnlockArgs) -> u8 {
             return 1;
         }
     }
-    match client.force_unlock(&args.name).await {
+    let result = client.force_unlock(&args.name).await;
+    // With RedLock, let the deletion reach every server before exiting.
+    client.close().await;
+    match result {
         Ok(removed) if removed.is_empty() => {
             println!("lock {:?} was not held; nothing removed", args.name);
             0

@@ -509,6 +509,11 @@ async fn several_urls_mean_redlock() {
     let out = output(&servers[0], &args).await;
     assert!(out.status.success(), "{:?}", text(&out));
     let first: u64 = text(&out).0.trim().parse().unwrap();
+    // The release reached every server before `fencelock` exited, not only a majority.
+    for server in &servers {
+        let left = server.command(&["EXISTS", "fencelock:{quorum}"]).unwrap();
+        assert_eq!(left.int(), Some(0), "lock left on {}", server.port());
+    }
 
     // One server down: a majority is left.
     servers[0].kill();

@@ -158,4 +158,22 @@ impl Client {
         tracing::info!(lock = name, ?removed, "lock force-unlocked");
         Ok(removed)
     }
+
+    /// Waits until the work this client left to its background task is done, then drops this
+    /// handle: releases of dropped guards, undone attempts, queue places given up, and RedLock
+    /// requests still in flight when an operation was decided (a release decided by a majority
+    /// still removes the lock from the slower servers). A program that exits right after its
+    /// last release should call this, or the lock may stay on a slow server until its lease
+    /// ends. Waits at most the client's request bound (connect + response timeout).
+    pub async fn close(self) {
+        let tracker = self.inner.watchdog.tracker.clone();
+        tracker.close();
+        let bound = self.inner.options.request_bound();
+        if tokio::time::timeout(bound, tracker.wait()).await.is_err() {
+            tracing::warn!(
+                pending = tracker.len(),
+                "background work still under way at close"
+            );
+        }
+    }
 }

@@ -17,6 +17,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::backend::{RenewItem, Renewal};
 use crate::client::ClientInner;
@@ -91,16 +92,21 @@ pub(crate) struct Watchdog {
     queue: Mutex<Queue>,
     wake: Notify,
     requests: mpsc::UnboundedSender<Request>,
+    /// Background work that should be done before the program exits (releases, undos,
+    /// finishing RedLock requests): what `Client::close` waits for.
+    pub(crate) tracker: TaskTracker,
     options: ClientOptions,
 }
 
 /// Hands futures to the background task to be driven to completion.
 #[derive(Clone)]
-pub(crate) struct Finisher(mpsc::UnboundedSender<Request>);
+pub(crate) struct Finisher(mpsc::UnboundedSender<Request>, TaskTracker);
 
 impl Finisher {
     pub(crate) fn finish(&self, work: impl Future<Output = ()> + Send + 'static) {
-        let _ = self.0.send(Request::Finish(Box::pin(work)));
+        let _ = self
+            .0
+            .send(Request::Finish(Box::pin(self.1.track_future(work))));
     }
 }
 
@@ -126,6 +132,7 @@ impl Watchdog {
                 queue: Mutex::new(Queue::default()),
                 wake: Notify::new(),
                 requests: tx,
+                tracker: TaskTracker::new(),
                 options,
             },
             Runner { requests: rx },
@@ -139,12 +146,17 @@ impl Watchdog {
     /// Hands work to the background task. Fails quietly when the task is gone (the runtime
     /// shut down): then the lease simply expires, as documented for dropped guards.
     pub(crate) fn send(&self, request: Request) {
+        let request = match request {
+            // Lingers on purpose; nothing is lost if it never runs.
+            Request::Unsubscribe { .. } => request,
+            work => Request::Finish(Box::pin(self.tracker.track_future(run_request(work)))),
+        };
         let _ = self.requests.send(request);
     }
 
     /// A handle for backends to hand in-flight work to the background task.
     pub(crate) fn finisher(&self) -> Finisher {
-        Finisher(self.requests.clone())
+        Finisher(self.requests.clone(), self.tracker.clone())
     }
 
     /// The usable part of a lease that began (was requested) at `sent`.

@@ -358,3 +358,30 @@ async fn a_held_lock_is_retaken_on_servers_that_restart_empty() {
     })
     .await;
 }
+
+/// A release is decided by a majority; `Client::close` waits until the slow server got it
+/// too, so a program that exits right after leaves no lock behind on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_waits_for_a_release_to_reach_a_slow_server() {
+    let servers = servers(3);
+    let options = ClientOptions::default()
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(3));
+    let client = redlock(&servers, options).await;
+    let guard = client.lock("leaving").acquire().await.unwrap();
+    assert!(servers.iter().all(|s| has_key(s, "leaving")));
+    servers[2].pause();
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    let closing = tokio::spawn(client.close());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !closing.is_finished(),
+        "close did not wait for the slow server"
+    );
+    servers[2].resume();
+    within(5.0, "close", closing).await.unwrap();
+    assert!(
+        servers.iter().all(|s| !has_key(s, "leaving")),
+        "a lock was left behind"
+    );
+}
