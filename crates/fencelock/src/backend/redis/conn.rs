@@ -108,6 +108,18 @@ struct NodeSetup {
 }
 
 impl NodeSetup {
+    /// The node, with its command and subscriber connections made from this setup.
+    fn into_node(self, cmd: ConnectionManager, sub: ConnectionManager) -> Node {
+        Node {
+            cmd,
+            sub,
+            server: self.server,
+            client: self.cmd.0,
+            lend_config: self.lend_config,
+            spare: Spare::new(),
+        }
+    }
+
     fn new(
         info: ConnectionInfo,
         options: &ClientOptions,
@@ -141,14 +153,11 @@ impl Node {
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<Self, RedisError> {
         let setup = NodeSetup::new(info, options, sink)?;
-        Ok(Self {
-            cmd: ConnectionManager::new_lazy_with_config(setup.cmd.0.clone(), setup.cmd.1)?,
-            sub: ConnectionManager::new_lazy_with_config(setup.sub.0, setup.sub.1)?,
-            server: setup.server,
-            client: setup.cmd.0,
-            lend_config: setup.lend_config,
-            spare: Spare::new(),
-        })
+        let cmd =
+            ConnectionManager::new_lazy_with_config(setup.cmd.0.clone(), setup.cmd.1.clone())?;
+        let sub =
+            ConnectionManager::new_lazy_with_config(setup.sub.0.clone(), setup.sub.1.clone())?;
+        Ok(setup.into_node(cmd, sub))
     }
 
     pub(crate) async fn connect(
@@ -157,22 +166,15 @@ impl Node {
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<Self, RedisError> {
         let setup = NodeSetup::new(info, options, sink)?;
-        Ok(Self {
-            cmd: setup
-                .cmd
-                .0
-                .get_connection_manager_with_config(setup.cmd.1)
-                .await?,
-            sub: setup
-                .sub
-                .0
-                .get_connection_manager_with_config(setup.sub.1)
-                .await?,
-            server: setup.server,
-            client: setup.cmd.0,
-            lend_config: setup.lend_config,
-            spare: Spare::new(),
-        })
+        let (client, config) = &setup.cmd;
+        let cmd = client
+            .get_connection_manager_with_config(config.clone())
+            .await?;
+        let (client, config) = &setup.sub;
+        let sub = client
+            .get_connection_manager_with_config(config.clone())
+            .await?;
+        Ok(setup.into_node(cmd, sub))
     }
 
     /// A connection of its own for an acquisition that waits for replicas (see [`Spare`]).
