@@ -116,46 +116,25 @@ struct Place {
     sent: Instant,
 }
 
-/// The place of a waiting `acquire` in the server's queue. Dropped while still taken (wait
-/// timed out, future dropped, error), the background task gives it up, and gives back the
-/// lock if it was handed over meanwhile (attempt-checked, like an undone acquire).
-struct QueuePlace<'a> {
+/// An attempt whose effects on the server the background task undoes if this is dropped
+/// while armed: a hold the attempt may have taken (its reply was lost, or its future dropped),
+/// or the place it took in the server's queue (a wait that ended without the lock; a handover
+/// that arrived meanwhile is given back). The release is checked against the owner *and* the
+/// attempt id, so that no orphan lock or place blocks others.
+struct Undo<'a> {
     lock: &'a Lock,
     keys: &'a Arc<LockKeys>,
-    taken: Option<Place>,
+    armed: Option<Place>,
 }
 
-impl Drop for QueuePlace<'_> {
+impl Drop for Undo<'_> {
     fn drop(&mut self) {
-        if let Some(place) = self.taken {
+        if let Some(place) = self.armed {
             self.lock.client.watchdog.send(Request::Release {
                 client: self.lock.client.clone(),
                 keys: self.keys.clone(),
                 owner: self.lock.owner.clone(),
                 attempt: Some(place.attempt),
-            });
-        }
-    }
-}
-
-/// An acquire request that may have reached the server: if it is dropped before its reply
-/// settles the matter, the background task undoes it (owner- and attempt-checked), so that no
-/// orphan lock blocks others for a whole lease.
-struct PendingAttempt<'a> {
-    lock: &'a Lock,
-    keys: &'a Arc<LockKeys>,
-    id: u64,
-    armed: bool,
-}
-
-impl Drop for PendingAttempt<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.lock.client.watchdog.send(Request::Release {
-                client: self.lock.client.clone(),
-                keys: self.keys.clone(),
-                owner: self.lock.owner.clone(),
-                attempt: Some(self.id),
             });
         }
     }
@@ -325,10 +304,10 @@ impl Lock {
             }
         };
         // Our place in the server's queue, given up (in the background) if we stop waiting.
-        let mut place = QueuePlace {
+        let mut place = Undo {
             lock: self,
             keys,
-            taken: None,
+            armed: None,
         };
         let waited = async {
             loop {
@@ -340,11 +319,11 @@ impl Lock {
                     // The previous head just acquired: wait for its release, not more than its lease.
                     wait(Some(held_for)).await.map_err(|_| timed_out())?;
                 }
-                if let Some(taken) = place.taken {
+                if let Some(taken) = place.armed {
                     if let Some(token) = ticket.take_grant(taken.attempt) {
                         // The release script handed the lock to our place; its lease counts from
                         // the request that took the place.
-                        place.taken = None;
+                        place.armed = None;
                         ticket.acquired(lease);
                         tracing::debug!(lock = %keys.name, token, "handed over");
                         let guard = self.guard(keys, lease, renew, (taken.sent, window), token, 1);
@@ -361,7 +340,7 @@ impl Lock {
                 }
                 let queueing = Queueing {
                     join: queues.then_some(window),
-                    claim: place.taken.map(|t| t.attempt),
+                    claim: place.armed.map(|t| t.attempt),
                 };
                 // The handover to the place this attempt takes can arrive before its reply:
                 // the ticket knows the attempt id before it is sent.
@@ -371,14 +350,14 @@ impl Lock {
                 }
                 match self.attempt_as(id, keys, lease, renew, queueing).await? {
                     Attempted::Acquired(guard) => {
-                        place.taken = None;
+                        place.armed = None;
                         ticket.acquired(lease);
                         return Ok(guard);
                     }
                     Attempted::Held { remaining, queued } => {
                         let mut bound = remaining.unwrap_or(self.client.options.default_lease);
                         if let Some(taken) = queued {
-                            place.taken = Some(taken);
+                            place.armed = Some(taken);
                             // The handover comes as a message; this bound only renews the place
                             // before its window runs out (and covers a lost message, or a lock
                             // handed to a waiter that died).
@@ -393,7 +372,7 @@ impl Lock {
         .await;
         // A wait that timed out gives up its place before returning, not in the background:
         // a process that exits on the timeout must not be handed the lock afterwards.
-        if let (Err(Error::Timeout { .. }), Some(taken)) = (&waited, place.taken.take()) {
+        if let (Err(Error::Timeout { .. }), Some(taken)) = (&waited, place.armed.take()) {
             let _ = self
                 .client
                 .backend
@@ -424,13 +403,12 @@ impl Lock {
         renew: bool,
         queueing: Queueing,
     ) -> Result<Attempted> {
-        let mut pending = PendingAttempt {
+        let sent = Instant::now();
+        let mut pending = Undo {
             lock: self,
             keys,
-            id,
-            armed: true,
+            armed: Some(Place { attempt: id, sent }),
         };
-        let sent = Instant::now();
         let watchdog = &self.client.watchdog;
         let valid_until = watchdog.deadline(sent, lease);
         let reply = self
@@ -440,7 +418,7 @@ impl Lock {
                 keys,
                 &self.owner,
                 lease.as_millis() as u64,
-                pending.id,
+                id,
                 valid_until,
                 self.options
                     .replica_acks
@@ -450,7 +428,7 @@ impl Lock {
             .await;
         match reply {
             Ok(AcquireReply::Acquired { token, count }) => {
-                pending.armed = false;
+                pending.armed = None;
                 tracing::debug!(lock = %keys.name, token, count, "acquired");
                 Ok(Attempted::Acquired(self.guard(
                     keys,
@@ -468,14 +446,15 @@ impl Lock {
             }) => {
                 // RedLock servers that granted a minority keep `undo` armed: dropping
                 // `pending` then removes those holds in the background. A place taken in the
-                // server's queue is the caller's to give up (`QueuePlace`).
-                pending.armed = undo;
+                // server's queue goes to the caller, whose `Undo` gives it up if need be.
+                let armed = if undo {
+                    pending.armed
+                } else {
+                    pending.armed.take()
+                };
                 Ok(Attempted::Held {
                     remaining,
-                    queued: queued.then_some(Place {
-                        attempt: pending.id,
-                        sent,
-                    }),
+                    queued: armed.filter(|_| queued),
                 })
             }
             // A server error (e.g. WRONGTYPE) means the script did not run to the end; only a
@@ -483,7 +462,7 @@ impl Lock {
             // the undo armed.
             Err(e @ (Error::Unavailable { .. } | Error::Quorum { .. })) => Err(e),
             Err(e) => {
-                pending.armed = false;
+                pending.armed = None;
                 Err(e)
             }
         }

@@ -272,12 +272,22 @@ impl RedisBackend {
         lock: Option<&LockKeys>,
         request: impl std::future::Future<Output = T>,
     ) -> Result<T, Error> {
-        tokio::time::timeout(self.request_bound, request)
+        self.bounded_for(self.request_bound, lock, request).await
+    }
+
+    /// [`RedisBackend::bounded`] with another bound (a `WAIT` may take its own timeout more).
+    async fn bounded_for<T>(
+        &self,
+        bound: Duration,
+        lock: Option<&LockKeys>,
+        request: impl std::future::Future<Output = T>,
+    ) -> Result<T, Error> {
+        tokio::time::timeout(bound, request)
             .await
             .map_err(|_| Error::Unavailable {
                 lock: lock.map(|k| k.name.clone()),
                 server: self.server.clone(),
-                detail: format!("no reply within {:?}", self.request_bound),
+                detail: format!("no reply within {bound:?}"),
             })
     }
 
@@ -350,10 +360,26 @@ impl RedisBackend {
         script: &Lua,
         call: &redis::Cmd,
     ) -> Result<T, Error> {
-        let result = match self.query(Some(keys), call).await? {
+        self.with_script(keys, script, || self.query(Some(keys), call))
+            .await
+    }
+
+    /// Sends a script call with `send`; on NOSCRIPT (script cache flushed, server restarted or
+    /// failed over) loads the script and sends once more.
+    async fn with_script<T, F, Fut>(
+        &self,
+        keys: &LockKeys,
+        script: &Lua,
+        send: F,
+    ) -> Result<T, Error>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Result<T, RedisError>, Error>>,
+    {
+        let result = match send().await? {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.load(Some(keys), script).await?;
-                self.query(Some(keys), call).await?
+                send().await?
             }
             other => other,
         };
@@ -422,14 +448,11 @@ impl RedisBackend {
         acks: ReplicaAcks,
         queued: bool,
     ) -> Result<AcquireReply, Error> {
-        let (reply, mut lent) = match self.acquire_on_lent(keys, call).await? {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.load(Some(keys), &scripts().acquire).await?;
-                self.acquire_on_lent(keys, call).await?
-            }
-            other => other,
-        }
-        .map_err(|e| self.error(Some(keys), e))?;
+        let (reply, mut lent) = self
+            .with_script(keys, &scripts().acquire, || {
+                self.acquire_on_lent(keys, call)
+            })
+            .await?;
         let reply = self.parse_acquire(keys, &reply, queued)?;
         if !matches!(reply, AcquireReply::Acquired { .. }) {
             lent.give_back(self);
@@ -438,13 +461,9 @@ impl RedisBackend {
         let mut wait = redis::cmd("WAIT");
         wait.arg(acks.replicas).arg(acks.timeout.as_millis() as u64);
         let bound = acks.timeout + self.request_bound;
-        let acked = tokio::time::timeout(bound, lent.query(keys, wait))
-            .await
-            .map_err(|_| Error::Unavailable {
-                lock: Some(keys.name.clone()),
-                server: self.server.clone(),
-                detail: format!("no reply to WAIT within {bound:?}"),
-            })?
+        let acked = self
+            .bounded_for(bound, Some(keys), lent.query(keys, wait))
+            .await?
             .map_err(|e| self.error(Some(keys), e))?;
         lent.give_back(self);
         if acked >= i64::from(acks.replicas) {
