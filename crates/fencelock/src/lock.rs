@@ -444,14 +444,25 @@ impl Lock {
                 undo,
                 queued,
             }) => {
-                // RedLock servers that granted a minority keep `undo` armed: dropping
-                // `pending` then removes those holds in the background. A place taken in the
-                // server's queue goes to the caller, whose `Undo` gives it up if need be.
-                let armed = if undo {
-                    pending.armed
-                } else {
-                    pending.armed.take()
-                };
+                if undo {
+                    // RedLock servers that granted a minority: remove those holds before the
+                    // caller tries again, not in the background. Otherwise the next attempt of
+                    // this owner could reach a server first and re-enter the stale hold (count
+                    // 2, the old token), which the later undo, checked against the old
+                    // attempt, would no longer remove. A failure leaves them to their lease; if this
+                    // future is dropped meanwhile, `pending` undoes it in the background.
+                    if let Err(e) = self
+                        .client
+                        .backend
+                        .release(keys, &self.owner, Some(id))
+                        .await
+                    {
+                        tracing::debug!(lock = %keys.name, error = %e, "undoing a failed attempt");
+                    }
+                }
+                let armed = pending.armed.take();
+                // A place taken in the server's queue goes to the caller, whose `Undo` gives
+                // it up if need be.
                 Ok(Attempted::Held {
                     remaining,
                     queued: armed.filter(|_| queued),

@@ -320,6 +320,24 @@ async fn a_majority_without_validity_left_counts_as_failed() {
         .with_options(LockOptions::default().lease(Duration::from_secs(10)));
     let before: Vec<u64> = servers.iter().map(|s| s.command_calls("evalsha")).collect();
     assert!(lock.try_acquire().await.unwrap().is_err());
+    // The undo is done (on a majority at least) before the attempt returns, so that the same
+    // owner's next attempt cannot re-enter a stale hold: it gets a single hold.
+    let gone = servers
+        .iter()
+        .filter(|s| !has_key(s, "no-validity"))
+        .count();
+    assert!(
+        gone >= 2,
+        "the undo reached {gone} servers before the attempt returned"
+    );
+    let normal = redlock(&servers, ClientOptions::default()).await;
+    let same_owner = normal
+        .lock("no-validity")
+        .with_owner(lock.owner())
+        .with_options(LockOptions::default().lease(Duration::from_secs(10)));
+    let retry = same_owner.try_acquire().await.unwrap().unwrap();
+    assert_eq!(retry.hold_count(), 1);
+    assert_eq!(retry.release().await.unwrap(), Released::Released);
     // Every server granted it, then ran the undo (the 10 s lease cannot explain the removal).
     eventually(5.0, "granted, then undone everywhere", || {
         servers
@@ -384,4 +402,24 @@ async fn close_waits_for_a_release_to_reach_a_slow_server() {
         servers.iter().all(|s| !has_key(s, "leaving")),
         "a lock was left behind"
     );
+}
+
+/// A re-entry keeps the holding's token even when one server grants afresh (its grant of the
+/// first entry had not arrived yet, simulated by deleting it there): the fresh server's newer
+/// token does not replace the one the majority has.
+#[tokio::test]
+async fn a_reentry_keeps_its_token_when_a_server_grants_afresh() {
+    let servers = servers(3);
+    let client = redlock(&servers, ClientOptions::default()).await;
+    let lock = client.lock("overtaken");
+    let first = lock.acquire().await.unwrap();
+    servers[2]
+        .command(&["DEL", "fencelock:{overtaken}"])
+        .unwrap();
+    let again = lock.acquire().await.unwrap();
+    assert_eq!(again.hold_count(), 2);
+    assert_eq!(again.fencing_token(), first.fencing_token());
+    assert!(has_key(&servers[2], "overtaken"));
+    again.release().await.unwrap();
+    first.release().await.unwrap();
 }

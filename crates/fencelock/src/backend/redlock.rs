@@ -244,7 +244,12 @@ impl RedLock {
             }
             replies[i] = Some(reply);
             let against = held_remaining.len() + failed;
-            if granted.len() >= self.quorum || against > n - self.quorum {
+            // Fresh grants beside re-entries: one server's grant of the first entry may still
+            // be on its way (this request overtook it). Hear the others before deciding which
+            // holding this is, so that a re-entry keeps its token (see below).
+            let reentries = granted.iter().filter(|g| g.2 > 1).count();
+            let mixed = reentries > 0 && reentries < granted.len() && reentries < self.quorum;
+            if (granted.len() >= self.quorum && !mixed) || against > n - self.quorum {
                 break;
             }
         }
@@ -282,9 +287,19 @@ impl RedLock {
             });
         }
 
-        let token = granted.iter().map(|g| g.1).max().unwrap_or(proposal);
+        // A re-entry on a majority keeps the token of the holding the owner already has. A
+        // server that granted afresh instead (its grant of the first entry was still on its
+        // way, and this request overtook it) must not change it: the holding's token is
+        // already on a majority.
+        let reentries: Vec<u64> = granted.iter().filter(|g| g.2 > 1).map(|g| g.1).collect();
+        let reentry = reentries.len() >= self.quorum;
+        let token = if reentry {
+            reentries.iter().copied().max().unwrap_or(proposal)
+        } else {
+            granted.iter().map(|g| g.1).max().unwrap_or(proposal)
+        };
         let agreeing = granted.iter().filter(|g| g.1 == token).count();
-        if agreeing < self.quorum {
+        if !reentry && agreeing < self.quorum {
             // Put the token on a majority before the acquisition counts.
             let lagging: Vec<usize> = granted
                 .iter()
