@@ -101,8 +101,10 @@ pub async fn run(args: RunArgs) -> u8 {
     };
     let code = hold_and_run(&client, &args, &mut signals).await;
     // A RedLock release is decided by a majority; let it reach the other servers too before
-    // this process exits.
-    client.close().await;
+    // this process exits, and say so if it could not.
+    if let Err(e) = client.close().await {
+        eprintln!("fencelock: warning: {e}; a server may keep the lock until its lease ends");
+    }
     code
 }
 

@@ -153,7 +153,9 @@ pub async fn unlock(args: UnlockArgs) -> u8 {
     }
     let result = client.force_unlock(&args.name).await;
     // With RedLock, let the deletion reach every server before exiting.
-    client.close().await;
+    if let Err(e) = client.close().await {
+        eprintln!("fencelock: warning: {e}");
+    }
     match result {
         Ok(removed) if removed.is_empty() => {
             println!("lock {:?} was not held; nothing removed", args.name);

@@ -69,9 +69,9 @@ fn load_acquire(server: &RedisServer) -> String {
         .command(&[
             "SCRIPT",
             "LOAD",
-            // The script as the library sends it: the shared token rule, then acquire.lua.
+            // The script as the library sends it: the shared rules, then acquire.lua.
             concat!(
-                include_str!("../src/backend/redis/token.lua"),
+                include_str!("../src/backend/redis/lib.lua"),
                 include_str!("../src/backend/redis/acquire.lua")
             ),
         ])

@@ -6,15 +6,18 @@ use std::sync::{Arc, Weak};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::abandoned::Abandoned;
+
 use crate::backend::redis::RedisBackend;
 use crate::backend::redlock::RedLock;
 use crate::backend::{Backend, ReleaseSink};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::lease::LeaseState;
 use crate::lock::{Lock, LockStatus};
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
 use crate::waiters::WaitRegistry;
-use crate::watchdog::Watchdog;
+use crate::watchdog::{Request, Watchdog};
 
 /// A connection to the lock service. Cheap to clone; clones share connections, the watchdog
 /// task and the client id.
@@ -33,6 +36,8 @@ pub(crate) struct ClientInner {
     next_handle: AtomicU64,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) waiters: Arc<WaitRegistry>,
+    /// Attempts and holds given up whose give-back has not been confirmed yet.
+    pub(crate) abandoned: Abandoned,
     warnings: Vec<String>,
     shutdown: CancellationToken,
 }
@@ -40,6 +45,30 @@ pub(crate) struct ClientInner {
 impl Drop for ClientInner {
     fn drop(&mut self) {
         self.shutdown.cancel();
+    }
+}
+
+impl ClientInner {
+    /// Gives back the hold (or queue place) taken by attempt `hold`, in the background: for
+    /// code that cannot await (a guard's `Drop`, a dropped acquire). Until it is confirmed,
+    /// the owner's next attempt on the lock carries the id and gives it back first, so a
+    /// retry never re-enters what the caller let go of. `lease`: the guard's lease, whose
+    /// heals the release must follow.
+    pub(crate) fn give_back_later(
+        self: &Arc<Self>,
+        keys: &Arc<LockKeys>,
+        owner: &Arc<str>,
+        hold: u64,
+        lease: Option<Arc<LeaseState>>,
+    ) {
+        self.abandoned.add(keys, owner, hold);
+        self.watchdog.send(Request::Release {
+            client: self.clone(),
+            keys: keys.clone(),
+            owner: owner.clone(),
+            hold,
+            lease,
+        });
     }
 }
 
@@ -106,6 +135,7 @@ impl Client {
             next_handle: AtomicU64::new(1),
             watchdog: watchdog.clone(),
             waiters,
+            abandoned: Abandoned::default(),
             warnings,
             shutdown: CancellationToken::new(),
         });
@@ -165,15 +195,21 @@ impl Client {
     /// still removes the lock from the slower servers). A program that exits right after its
     /// last release should call this, or the lock may stay on a slow server until its lease
     /// ends. Waits at most the client's request bound (connect + response timeout).
-    pub async fn close(self) {
+    ///
+    /// Fails with [`Error::Unfinished`] when some of that work was still under way at the
+    /// bound: a server that did not answer may then keep a grant until its lease ends.
+    pub async fn close(self) -> Result<()> {
         let tracker = self.inner.watchdog.tracker.clone();
         tracker.close();
         let bound = self.inner.options.request_bound();
         if tokio::time::timeout(bound, tracker.wait()).await.is_err() {
-            tracing::warn!(
-                pending = tracker.len(),
-                "background work still under way at close"
-            );
+            let pending = tracker.len();
+            tracing::warn!(pending, "background work still under way at close");
+            return Err(Error::Unfinished {
+                pending,
+                waited: bound,
+            });
         }
+        Ok(())
     }
 }

@@ -179,6 +179,29 @@ pub enum Error {
         /// Why the lock counts as lost.
         reason: &'static str,
     },
+    /// The lock's fencing counter cannot issue another token: it does not hold a number, or
+    /// it has issued the highest token (2^64 − 1). Tokens never repeat, so the acquire fails
+    /// (changing nothing) until an operator resets the counter and every resource fenced with
+    /// it.
+    #[error("lock {lock:?} on server {server} cannot issue a fencing token: {detail}")]
+    FencingExhausted {
+        /// The lock name.
+        lock: String,
+        /// The server address.
+        server: String,
+        /// The server's message, naming the counter key.
+        detail: String,
+    },
+    /// [`crate::Client::close`] gave up waiting for background work (releases, undos, RedLock
+    /// requests still in flight): a server that did not answer may keep a grant until its
+    /// lease ends.
+    #[error("{pending} background request(s) still under way after {waited:?} at close")]
+    Unfinished {
+        /// Requests still under way.
+        pending: usize,
+        /// How long `close` waited.
+        waited: Duration,
+    },
 }
 
 /// What one server of a RedLock set answered.

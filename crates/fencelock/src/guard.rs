@@ -6,12 +6,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use crate::backend::redis::ReplicaAcks;
 use crate::backend::{Released, Renewal};
 use crate::client::ClientInner;
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::options::validate_lease;
-use crate::watchdog::Request;
 
 /// A held lock.
 ///
@@ -22,7 +22,6 @@ use crate::watchdog::Request;
 pub struct Guard {
     client: Arc<ClientInner>,
     state: Arc<LeaseState>,
-    token: u64,
     count: u64,
     done: bool,
 }
@@ -30,9 +29,9 @@ pub struct Guard {
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
-            .field("lock", &self.state.keys.name)
-            .field("owner", &self.state.owner)
-            .field("fencing_token", &self.token)
+            .field("lock", &self.state.hold.keys.name)
+            .field("owner", &self.state.hold.owner)
+            .field("fencing_token", &self.state.hold.token)
             .field("hold_count", &self.count)
             .field("held", &self.is_held())
             .finish()
@@ -40,16 +39,10 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
-    pub(crate) fn new(
-        client: Arc<ClientInner>,
-        state: Arc<LeaseState>,
-        token: u64,
-        count: u64,
-    ) -> Self {
+    pub(crate) fn new(client: Arc<ClientInner>, state: Arc<LeaseState>, count: u64) -> Self {
         Self {
             client,
             state,
-            token,
             count,
             done: false,
         }
@@ -57,19 +50,19 @@ impl Guard {
 
     /// The lock name.
     pub fn name(&self) -> &str {
-        &self.state.keys.name
+        &self.state.hold.keys.name
     }
 
     /// The owner id that holds the lock.
     pub fn owner(&self) -> &str {
-        &self.state.owner
+        &self.state.hold.owner
     }
 
     /// The fencing token: it strictly increases from one holding of this lock name to the
     /// next, so the protected resource can reject writes carrying an older token. Re-entries
     /// share the token of the first entry.
     pub fn fencing_token(&self) -> u64 {
-        self.token
+        self.state.hold.token
     }
 
     /// The owner's hold count right after this acquisition (1 for a first entry).
@@ -79,12 +72,12 @@ impl Guard {
 
     /// The lease this guard was acquired with.
     pub fn lease(&self) -> Duration {
-        self.state.lease
+        self.state.hold.lease
     }
 
     /// Whether the watchdog renews this guard's lease.
     pub fn is_renewed(&self) -> bool {
-        self.state.renew
+        self.state.hold.renew
     }
 
     /// Resolves when the lock is no longer safely held: a renewal found another owner or no
@@ -134,12 +127,13 @@ impl Guard {
         let renewal = self
             .client
             .backend
-            .extend(
-                &self.state.keys,
-                &self.state.owner,
-                lease.as_millis() as u64,
-            )
+            .extend(&self.state, lease.as_millis() as u64)
             .await?;
+        self.extended(renewal, sent, lease)
+    }
+
+    /// Applies what an extension found.
+    fn extended(&self, renewal: Renewal, sent: Instant, lease: Duration) -> Result<()> {
         match renewal {
             Renewal::Renewed => {
                 let watchdog = &self.client.watchdog;
@@ -162,24 +156,48 @@ impl Guard {
         }
     }
 
+    /// After a handover, waits until `acks.replicas` replicas have the lock (`WAIT`), as an
+    /// acquire with `min_replica_acks` does; extends the lease to the whole lease meanwhile.
+    pub(crate) async fn replicate(&self, acks: ReplicaAcks) -> Result<()> {
+        let lease = self.state.hold.lease;
+        let sent = Instant::now();
+        let renewal = self
+            .client
+            .backend
+            .extend_replicated(&self.state, lease.as_millis() as u64, acks)
+            .await?;
+        self.extended(renewal, sent, lease)
+    }
+
     fn lost_error(&self) -> Error {
         Error::LockLost {
-            lock: self.state.keys.name.clone(),
+            lock: self.state.hold.keys.name.clone(),
             reason: self.state.reason().unwrap_or("lease expired"),
         }
     }
 
     /// Gives back this guard's hold. Reports whether the lock is now free, still held by this
     /// owner (re-entry), or was not held any more (it had been lost).
+    ///
+    /// The release names this guard's hold: a guard whose lock was lost and taken again (by
+    /// this owner too) never gives back the newer holding. A release that fails (the server
+    /// is away) is not forgotten: the owner's next attempt on this lock gives the hold back
+    /// first, and the lease ends it at the latest.
     pub async fn release(mut self) -> Result<Released> {
         self.done = true;
         self.state.finish();
-        let result = self
-            .client
-            .backend
-            .release(&self.state.keys, &self.state.owner, None)
-            .await;
-        tracing::debug!(lock = %self.state.keys.name, ?result, "release");
+        let hold = &self.state.hold;
+        let result = {
+            let _serial = self.state.serial.lock().await;
+            let backend = &self.client.backend;
+            backend
+                .release(&hold.keys, &hold.owner, Some(hold.id))
+                .await
+        };
+        if let Err(Error::Unavailable { .. } | Error::Quorum { .. }) = &result {
+            self.client.abandoned.add(&hold.keys, &hold.owner, hold.id);
+        }
+        tracing::debug!(lock = %hold.keys.name, ?result, "release");
         result
     }
 }
@@ -190,11 +208,9 @@ impl Drop for Guard {
             return;
         }
         self.state.finish();
-        self.client.watchdog.send(Request::Release {
-            client: self.client.clone(),
-            keys: self.state.keys.clone(),
-            owner: self.state.owner.clone(),
-            attempt: None,
-        });
+        let hold = &self.state.hold;
+        let state = Some(self.state.clone());
+        self.client
+            .give_back_later(&hold.keys, &hold.owner, hold.id, state);
     }
 }

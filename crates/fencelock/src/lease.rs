@@ -22,34 +22,40 @@ pub(crate) struct LeaseTimes {
     pub(crate) in_flight: bool,
 }
 
-/// One lease held through one guard.
+/// What a guard holds: one hold of a holding.
 #[derive(Debug)]
-pub(crate) struct LeaseState {
+pub(crate) struct Hold {
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) owner: Arc<str>,
     pub(crate) lease: Duration,
     /// The watchdog renews this lease (no explicit lease was given).
     pub(crate) renew: bool,
+    /// The id of the attempt that took this hold: every release, renewal and heal of it names
+    /// this id, so that none of them acts on another hold (a newer holding of the same owner).
+    pub(crate) id: u64,
+    /// The holding's fencing token.
+    pub(crate) token: u64,
+}
+
+/// One lease held through one guard.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub(crate) hold: Hold,
     pub(crate) times: Mutex<LeaseTimes>,
+    /// Orders the requests that touch this hold on the servers: a heal (RedLock re-taking a
+    /// server that lost the lock) checks, under it, that the hold is still live, and the
+    /// release waits for it, so that a heal never lands after the release.
+    pub(crate) serial: tokio::sync::Mutex<()>,
     lost: CancellationToken,
     reason: OnceLock<&'static str>,
     finished: AtomicBool,
 }
 
 impl LeaseState {
-    pub(crate) fn new(
-        keys: Arc<LockKeys>,
-        owner: Arc<str>,
-        lease: Duration,
-        renew: bool,
-        deadline: Instant,
-        renew_at: Instant,
-    ) -> Self {
+    pub(crate) fn new(hold: Hold, deadline: Instant, renew_at: Instant) -> Self {
         Self {
-            keys,
-            owner,
-            lease,
-            renew,
+            hold,
+            serial: tokio::sync::Mutex::new(()),
             times: Mutex::new(LeaseTimes {
                 deadline,
                 renew_at,
@@ -71,7 +77,7 @@ impl LeaseState {
     /// Fires the lost-lock signal once, with its reason.
     pub(crate) fn fire_lost(&self, reason: &'static str) {
         if self.reason.set(reason).is_ok() {
-            tracing::warn!(lock = %self.keys.name, reason, "lock lost");
+            tracing::warn!(lock = %self.hold.keys.name, reason, "lock lost");
         }
         self.finished.store(true, Ordering::Release);
         self.lost.cancel();

@@ -12,7 +12,12 @@
 //!   before any I/O.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+// The acquire path nests many async bodies (RedLock fan-out over the one-server operations);
+// computing their layout needs more than the default query depth.
+#![recursion_limit = "256"]
 
+mod abandoned;
+mod acquire;
 mod backend;
 mod client;
 mod error;

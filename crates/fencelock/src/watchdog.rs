@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{RenewItem, Renewal};
+use crate::backend::Renewal;
 use crate::client::ClientInner;
 use crate::error::Error;
 use crate::lease::{LeaseState, LeaseTimes};
@@ -37,13 +37,15 @@ const COMPACT_MIN: usize = 1024;
 
 /// Work for the background task that its senders could not await themselves.
 pub(crate) enum Request {
-    /// Give back one hold (a guard was dropped without `release`).
+    /// Give back one hold, named by the attempt that took it: a guard dropped without
+    /// `release`, an acquire whose reply was lost, a queue place given up.
     Release {
         client: Arc<ClientInner>,
         keys: Arc<LockKeys>,
         owner: Arc<str>,
-        /// Only if this attempt was the last to acquire: undoes an acquire whose reply was lost.
-        attempt: Option<u64>,
+        hold: u64,
+        /// The guard's lease, whose heals the release must come after (RedLock).
+        lease: Option<Arc<LeaseState>>,
     },
     /// Requests of a decided RedLock operation that are still in flight: they must run to the
     /// end (a NOSCRIPT retry, an undo queued behind a late acquire), not be dropped.
@@ -190,7 +192,7 @@ impl Watchdog {
 
     /// (Re)queues a lease at its next event; the caller holds its times.
     fn schedule(&self, lease: &Arc<LeaseState>, times: &mut LeaseTimes) {
-        let next = if lease.renew && !times.in_flight {
+        let next = if lease.hold.renew && !times.in_flight {
             times.deadline.min(times.renew_at)
         } else {
             times.deadline
@@ -243,7 +245,7 @@ impl Watchdog {
                 lease.fire_lost("the lease deadline passed without a successful renewal");
                 continue;
             }
-            if lease.renew && !times.in_flight && now >= times.renew_at {
+            if lease.hold.renew && !times.in_flight && now >= times.renew_at {
                 times.in_flight = true;
                 batch.push(lease.clone());
             }
@@ -281,10 +283,10 @@ impl Watchdog {
             }
             match result {
                 Ok(Renewal::Renewed) => {
-                    let deadline = self.deadline(sent, lease.lease);
+                    let deadline = self.deadline(sent, lease.hold.lease);
                     times.deadline = times.deadline.max(deadline);
-                    times.renew_at = self.renew_at(sent, lease.lease);
-                    tracing::debug!(lock = %lease.keys.name, "lease renewed");
+                    times.renew_at = self.renew_at(sent, lease.hold.lease);
+                    tracing::debug!(lock = %lease.hold.keys.name, "lease renewed");
                 }
                 Ok(Renewal::NotHeld) => {
                     drop(times);
@@ -293,9 +295,9 @@ impl Watchdog {
                 }
                 Err(e) => {
                     // Try again soon; the deadline stays, and fires if the server stays away.
-                    let retry = (lease.lease / 10).min(Duration::from_secs(1));
+                    let retry = (lease.hold.lease / 10).min(Duration::from_secs(1));
                     times.renew_at = Instant::now() + retry;
-                    tracing::warn!(lock = %lease.keys.name, error = %e, "lease renewal failed; retrying");
+                    tracing::warn!(lock = %lease.hold.keys.name, error = %e, "lease renewal failed; retrying");
                 }
             }
             self.schedule(lease, &mut times);
@@ -349,12 +351,8 @@ impl Runner {
 
 async fn renew(client: Weak<ClientInner>, leases: Vec<Arc<LeaseState>>) -> Option<RenewalRound> {
     let inner = client.upgrade()?;
-    let items: Vec<RenewItem> = leases
-        .iter()
-        .map(|l| (l.keys.clone(), l.owner.clone(), l.lease.as_millis() as u64))
-        .collect();
     let sent = Instant::now();
-    let results = inner.backend.renew_batch(items).await;
+    let results = inner.backend.renew_batch(leases.clone()).await;
     Some(RenewalRound {
         sent,
         leases,
@@ -368,12 +366,20 @@ async fn run_request(request: Request) {
             client,
             keys,
             owner,
-            attempt,
+            hold,
+            lease,
         } => {
-            let outcome = client.backend.release(&keys, &owner, attempt).await;
+            let outcome = {
+                let _serial = match &lease {
+                    Some(lease) => Some(lease.serial.lock().await),
+                    None => None,
+                };
+                client.backend.release(&keys, &owner, Some(hold)).await
+            };
             match outcome {
                 Ok(released) => {
-                    tracing::debug!(lock = %keys.name, ?released, undo = attempt.is_some(), "background release")
+                    client.abandoned.settle(&keys, &owner, &[hold]);
+                    tracing::debug!(lock = %keys.name, ?released, hold, "background release")
                 }
                 Err(e) => {
                     tracing::warn!(lock = %keys.name, error = %e, "background release failed; the lease will expire")

@@ -222,7 +222,7 @@ async fn a_handover_whose_message_was_lost_is_claimed() {
             "EVAL",
             "redis.call('DEL', KEYS[1]) \
              redis.call('LPOP', KEYS[2]) redis.call('HDEL', KEYS[3], ARGV[1]) \
-             redis.call('HSET', KEYS[1], ARGV[1], 1, '=token', ARGV[3], '=attempt', ARGV[2]) \
+             redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], '=token', ARGV[3]) \
              redis.call('PEXPIRE', KEYS[1], 5000) return 1",
             "3",
             "fencelock:{quiet}",

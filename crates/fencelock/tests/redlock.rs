@@ -397,7 +397,7 @@ async fn close_waits_for_a_release_to_reach_a_slow_server() {
         "close did not wait for the slow server"
     );
     servers[2].resume();
-    within(5.0, "close", closing).await.unwrap();
+    within(5.0, "close", closing).await.unwrap().unwrap();
     assert!(
         servers.iter().all(|s| !has_key(s, "leaving")),
         "a lock was left behind"

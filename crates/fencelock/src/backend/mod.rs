@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::lease::LeaseState;
 use crate::name::LockKeys;
 
 pub(crate) mod redis;
@@ -52,6 +53,26 @@ pub(crate) struct Queueing {
     pub(crate) claim: Option<u64>,
 }
 
+/// One acquire attempt: who asks, for how long, and what it gives back first.
+#[derive(Debug, Clone)]
+pub(crate) struct Attempt {
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) lease_ms: u64,
+    /// The attempt's id, which names the hold it takes: releases, renewals and undos of that
+    /// hold name it, and a request sent twice with it takes one hold.
+    pub(crate) id: u64,
+    /// An acquisition completed after this instant has no validity left and counts as
+    /// failed (RedLock).
+    pub(crate) valid_until: tokio::time::Instant,
+    pub(crate) acks: Option<ReplicaAcks>,
+    pub(crate) queueing: Queueing,
+    /// Earlier attempts of this owner on this lock that were given up (a lost reply, a dropped
+    /// future) and not yet undone: their holds and places are given back first, so that none
+    /// counts as a re-entry of this attempt.
+    pub(crate) abandoned: Vec<u64>,
+}
+
 /// What a release did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -68,8 +89,8 @@ pub enum Released {
     NotHeld,
 }
 
-/// One lease to renew: the lock, its owner, the lease in ms.
-pub(crate) type RenewItem = (std::sync::Arc<LockKeys>, std::sync::Arc<str>, u64);
+/// One hold to renew: its lease state names the lock, the owner, the hold and the lease.
+pub(crate) type RenewItem = Arc<LeaseState>;
 
 /// What a renewal found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,28 +126,11 @@ impl Backend {
         }
     }
 
-    /// One acquire attempt. `valid_until`: an acquisition completed after this instant has no
-    /// validity left and counts as failed (RedLock).
-    #[allow(clippy::too_many_arguments)] // the attempt's parts, passed on to the backend
-    pub(crate) async fn acquire(
-        &self,
-        keys: &Arc<LockKeys>,
-        owner: &Arc<str>,
-        lease_ms: u64,
-        attempt: u64,
-        valid_until: tokio::time::Instant,
-        acks: Option<ReplicaAcks>,
-        queueing: Queueing,
-    ) -> Result<AcquireReply, Error> {
+    /// One acquire attempt.
+    pub(crate) async fn acquire(&self, attempt: &Attempt) -> Result<AcquireReply, Error> {
         match self {
-            Backend::One(b) => {
-                b.acquire(keys, owner, lease_ms, attempt, None, acks, queueing)
-                    .await
-            }
-            Backend::RedLock(r) => {
-                r.acquire(keys, owner, lease_ms, attempt, valid_until, acks)
-                    .await
-            }
+            Backend::One(b) => b.acquire(attempt, None).await,
+            Backend::RedLock(r) => r.acquire(attempt).await,
         }
     }
 
@@ -135,34 +139,48 @@ impl Backend {
         matches!(self, Backend::One(_))
     }
 
-    /// Gives back one hold; with `attempt`, only the hold that attempt took.
+    /// Gives back the hold `hold` (the attempt id that took it; it also gives up the place
+    /// that attempt took in the queue), or, with `None`, the owner's newest hold. A hold that
+    /// is gone is left alone: [`Released::NotHeld`].
     pub(crate) async fn release(
         &self,
         keys: &Arc<LockKeys>,
         owner: &Arc<str>,
-        attempt: Option<u64>,
+        hold: Option<u64>,
     ) -> Result<Released, Error> {
         match self {
-            Backend::One(b) => b.release(keys, owner, attempt, None).await,
-            Backend::RedLock(r) => r.release(keys, owner, attempt).await,
+            Backend::One(b) => b.release(keys, owner, hold, None).await,
+            Backend::RedLock(r) => r.release(keys, owner, hold).await,
         }
     }
 
-    /// Extends the lease to at least `lease_ms` if `owner` holds the lock.
+    /// Extends a hold's lease to at least `lease_ms` while the hold is live.
     pub(crate) async fn extend(
         &self,
-        keys: &Arc<LockKeys>,
-        owner: &Arc<str>,
+        hold: &Arc<LeaseState>,
         lease_ms: u64,
     ) -> Result<Renewal, Error> {
         match self {
-            Backend::One(b) => b.extend(keys, owner, lease_ms).await,
+            Backend::One(b) => b.extend(hold, lease_ms).await,
             Backend::RedLock(r) => {
-                let mut results = r
-                    .renew_batch(vec![(keys.clone(), owner.clone(), lease_ms)])
-                    .await?;
+                let mut results = r.renew_batch(vec![hold.clone()], Some(lease_ms)).await?;
                 results.pop().unwrap_or(Ok(Renewal::NotHeld))
             }
+        }
+    }
+
+    /// Extends a hold's lease and waits until `acks.replicas` replicas have the lock: after
+    /// a handover, which the releasing holder wrote without `WAIT`. (RedLock never hands over;
+    /// there it is a plain extension.)
+    pub(crate) async fn extend_replicated(
+        &self,
+        hold: &Arc<LeaseState>,
+        lease_ms: u64,
+        acks: ReplicaAcks,
+    ) -> Result<Renewal, Error> {
+        match self {
+            Backend::One(b) => b.extend_replicated(hold, lease_ms, acks).await,
+            Backend::RedLock(_) => self.extend(hold, lease_ms).await,
         }
     }
 
@@ -172,8 +190,8 @@ impl Backend {
         items: Vec<RenewItem>,
     ) -> Result<Vec<Result<Renewal, Error>>, Error> {
         match self {
-            Backend::One(b) => b.renew_batch(&items).await,
-            Backend::RedLock(r) => r.renew_batch(items).await,
+            Backend::One(b) => b.renew_batch(&items, None).await,
+            Backend::RedLock(r) => r.renew_batch(items, None).await,
         }
     }
 

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
-use super::redis::{RawStatus, RedisBackend, ReplicaAcks};
-use super::{AcquireReply, Queueing, ReleaseSink, Released, RenewItem, Renewal};
+use super::redis::{RawStatus, RedisBackend};
+use super::{AcquireReply, Attempt, Queueing, ReleaseSink, Released, RenewItem, Renewal};
 use crate::error::{Error, ServerOutcome};
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
@@ -204,32 +204,18 @@ impl RedLock {
         }
     }
 
-    /// One RedLock attempt.
-    pub(crate) async fn acquire(
-        &self,
-        keys: &Arc<LockKeys>,
-        owner: &Arc<str>,
-        lease_ms: u64,
-        attempt: u64,
-        valid_until: Instant,
-        acks: Option<ReplicaAcks>,
-    ) -> Result<AcquireReply, Error> {
+    /// One RedLock attempt (RedLock servers keep no wait queue).
+    pub(crate) async fn acquire(&self, attempt: &Attempt) -> Result<AcquireReply, Error> {
+        let (keys, owner, valid_until) = (&attempt.keys, &attempt.owner, attempt.valid_until);
         let n = self.servers.len();
-        let proposal = now_micros().max(self.highest.load(Ordering::Relaxed) + 1);
+        let highest = self.highest.load(Ordering::Relaxed);
+        let proposal = now_micros().max(highest.saturating_add(1));
         let mut pending = self.fan_out(|s| {
-            let (keys, owner) = (keys.clone(), owner.clone());
-            async move {
-                s.acquire(
-                    &keys,
-                    &owner,
-                    lease_ms,
-                    attempt,
-                    Some(proposal),
-                    acks,
-                    Queueing::default(),
-                )
-                .await
-            }
+            let attempt = Attempt {
+                queueing: Queueing::default(),
+                ..attempt.clone()
+            };
+            async move { s.acquire(&attempt, Some(proposal)).await }
         });
         // Raw replies: turned into `ServerOutcome`s (with strings) only for an error.
         let mut replies: Vec<Option<Result<AcquireReply, Error>>> = (0..n).map(|_| None).collect();
@@ -350,13 +336,13 @@ impl RedLock {
         &self,
         keys: &Arc<LockKeys>,
         owner: &Arc<str>,
-        attempt: Option<u64>,
+        hold: Option<u64>,
     ) -> Result<Released, Error> {
         // One message for all servers, so that waiters can drop the copies.
         let message: Arc<str> = format!("{owner}#{:x}", rand::random::<u64>()).into();
         let mut pending = self.fan_out(|s| {
             let (keys, owner, message) = (keys.clone(), owner.clone(), message.clone());
-            async move { s.release(&keys, &owner, attempt, Some(&message)).await }
+            async move { s.release(&keys, &owner, hold, Some(&message)).await }
         });
         let mut outcomes = Vec::new();
         let mut answered = 0;
@@ -396,15 +382,17 @@ impl RedLock {
     }
 
     /// Renews on every server; a lease counts as renewed once a majority renewed it.
+    /// `lease_ms`: the lease to ask for, else each hold's own.
     pub(crate) async fn renew_batch(
         &self,
         items: Vec<RenewItem>,
+        lease_ms: Option<u64>,
     ) -> Result<Vec<Result<Renewal, Error>>, Error> {
         let n = self.servers.len();
         let items = Arc::new(items);
         let mut pending = self.fan_out(|s| {
             let items = items.clone();
-            async move { s.renew_batch(&items).await }
+            async move { s.renew_batch(&items, lease_ms).await }
         });
         let mut renewed = vec![0usize; items.len()];
         let mut against = vec![0usize; items.len()];
@@ -451,7 +439,8 @@ impl RedLock {
             .iter()
             .zip(errors)
             .zip(items.iter())
-            .map(|((&r, error), (keys, _, _))| {
+            .map(|((&r, error), hold)| {
+                let keys = &hold.hold.keys;
                 if r >= self.quorum {
                     Ok(Renewal::Renewed)
                 } else if let Some(error) = error {
@@ -468,33 +457,38 @@ impl RedLock {
             .collect())
     }
 
-    /// A lock renewed on a majority but missing on some server (it restarted empty, or its
-    /// copy expired) is taken again there, in the background. Otherwise servers restarting
-    /// one after another would wear a long-held lock down below a majority. Safe: no one else
-    /// can hold a majority meanwhile, and where the key is held by another owner the acquire
-    /// just reports it held.
+    /// A hold renewed on a majority but missing on some server (it restarted empty, or its
+    /// copy expired) is taken again there, in the background, with the holding's token.
+    /// Otherwise servers restarting one after another would wear a long-held lock down below
+    /// a majority. Safe: no one else can hold a majority meanwhile, and where the key is held
+    /// by another owner the acquire just reports it held. The heal runs under the hold's
+    /// serial lock and only while the hold is live; its release takes that lock too, so a
+    /// heal never lands on a server after the release (and leaves a grant nobody keeps).
     fn heal(&self, items: &Arc<Vec<RenewItem>>, renewed: &[usize], missing: Vec<(usize, usize)>) {
-        let proposal = now_micros().max(self.highest.load(Ordering::Relaxed) + 1);
         for (i, j) in missing {
             if renewed[j] < self.quorum {
                 continue;
             }
-            let (keys, owner, lease_ms) = items[j].clone();
+            let lease = items[j].clone();
             let server = self.servers[i].clone();
-            tracing::debug!(lock = %keys.name, server = %server.server(), "re-taking a lock a server lost");
+            tracing::debug!(lock = %lease.hold.keys.name, server = %server.server(), "re-taking a lock a server lost");
             self.finisher.finish(async move {
-                let attempt = rand::random();
-                let _ = server
-                    .acquire(
-                        &keys,
-                        &owner,
-                        lease_ms,
-                        attempt,
-                        Some(proposal),
-                        None,
-                        Queueing::default(),
-                    )
-                    .await;
+                let _serial = lease.serial.lock().await;
+                if lease.is_finished() {
+                    return;
+                }
+                let hold = &lease.hold;
+                let attempt = Attempt {
+                    keys: hold.keys.clone(),
+                    owner: hold.owner.clone(),
+                    lease_ms: hold.lease.as_millis() as u64,
+                    id: hold.id,
+                    valid_until: Instant::now(),
+                    acks: None,
+                    queueing: Queueing::default(),
+                    abandoned: Vec::new(),
+                };
+                let _ = server.acquire(&attempt, Some(hold.token)).await;
             });
         }
     }

@@ -1,8 +1,9 @@
--- Renew or extend a lease, only for its owner, and never shorten it.
+-- Renew or extend a lease (after lib.lua), only while the hold is live, and never shorten it.
 -- KEYS[1]: the lock hash
--- ARGV[1]: owner id, ARGV[2]: lease in ms
--- Returns the remaining lease in ms after the call, or -1 when the owner does not hold it.
-if not redis.call('HGET', KEYS[1], ARGV[1]) then
+-- ARGV[1]: owner id, ARGV[2]: lease in ms, ARGV[3]: the hold (attempt id) renewing it
+-- Returns the remaining lease in ms after the call, or -1 when that hold is gone.
+local list = read('HGET', KEYS[1], ARGV[1])
+if not list or not has(list, ARGV[3]) then
   return -1
 end
 local lease = tonumber(ARGV[2])

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
-use super::{AcquireReply, Queueing, ReleaseSink, Released, Renewal};
+use super::{AcquireReply, Attempt, ReleaseSink, Released, Renewal};
 use crate::error::Error;
+use crate::lease::LeaseState;
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
 
@@ -45,19 +46,23 @@ struct Scripts {
 fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        // Both issue fencing tokens: the rule is written once, in token.lua.
+        // The rules the scripts share (holds, tokens, handover, key checks) are written once,
+        // in lib.lua.
         acquire: Lua::new(concat!(
-            include_str!("token.lua"),
+            include_str!("lib.lua"),
             include_str!("acquire.lua")
         )),
         release: Lua::new(concat!(
-            include_str!("token.lua"),
+            include_str!("lib.lua"),
             include_str!("release.lua")
         )),
-        extend: Lua::new(include_str!("extend.lua")),
+        extend: Lua::new(concat!(include_str!("lib.lua"), include_str!("extend.lua"))),
         status: Lua::new(include_str!("status.lua")),
         force_unlock: Lua::new(include_str!("force_unlock.lua")),
-        raise_fence: Lua::new(include_str!("raise_fence.lua")),
+        raise_fence: Lua::new(concat!(
+            include_str!("lib.lua"),
+            include_str!("raise_fence.lua")
+        )),
     })
 }
 
@@ -386,78 +391,78 @@ impl RedisBackend {
         result.map_err(|e| self.error(Some(keys), e))
     }
 
-    /// One acquire attempt.
-    #[allow(clippy::too_many_arguments)] // one per script argument
+    /// One acquire attempt; `proposal`: the token RedLock proposes (else the server's clock).
     pub(crate) async fn acquire(
         &self,
-        keys: &LockKeys,
-        owner: &str,
-        lease_ms: u64,
-        attempt: u64,
+        attempt: &Attempt,
         proposal: Option<u64>,
-        acks: Option<ReplicaAcks>,
-        queueing: Queueing,
     ) -> Result<AcquireReply, Error> {
+        let keys = &attempt.keys;
         let script = &scripts().acquire;
-        // Keys and trailing arguments the script does not need are left out: every one costs
-        // the server. The queue's keys are only touched when queueing.
-        let queueing_keys = queueing != Queueing::default();
-        let mut call = evalsha(script, if queueing_keys { 4 } else { 2 });
-        call.arg(&keys.lock).arg(&keys.fence);
-        if queueing_keys {
-            call.arg(&keys.queue).arg(&keys.waiting);
-        }
-        call.arg(owner).arg(lease_ms).arg(attempt);
-        if proposal.is_some() || queueing_keys {
-            match proposal {
-                Some(token) => call.arg(token),
-                None => call.arg(""),
-            };
-            match queueing.join {
-                Some(window) => call.arg(window.as_millis() as u64),
-                None => call.arg(""),
-            };
-            match queueing.claim {
-                Some(id) => call.arg(id),
-                None => call.arg(""),
-            };
-        }
-        let queued = queueing.join.is_some();
-        match acks {
+        let call = self.acquire_call(attempt, proposal);
+        let queued = attempt.queueing.join.is_some();
+        match attempt.acks {
             None => {
                 let reply: Vec<Value> = self.run(keys, script, &call).await?;
                 self.parse_acquire(keys, &reply, queued)
             }
             Some(acks) => {
-                self.acquire_replicated(keys, &call, owner, attempt, acks, queued)
-                    .await
+                let (reply, lent): (Vec<Value>, _) = self.run_on_lent(keys, script, &call).await?;
+                let reply = self.parse_acquire(keys, &reply, queued)?;
+                if !matches!(reply, AcquireReply::Acquired { .. }) {
+                    lent.give_back(self);
+                    return Ok(reply);
+                }
+                self.await_replicas(keys, lent, acks, &attempt.owner, attempt.id)
+                    .await?;
+                Ok(reply)
             }
         }
     }
 
-    /// An acquire followed by `WAIT` until `acks.replicas` replicas have the lock, both on a
-    /// connection lent for it (WAIT counts the writes of the connection it is sent on, and
-    /// blocks it meanwhile; see `conn::Spare`). Not replicated in time: the acquisition is
-    /// undone and the caller gets [`Error::ReplicaAcks`].
-    async fn acquire_replicated(
+    /// The acquire script's call. Keys and trailing arguments the script does not need are
+    /// left out: every one costs the server. The queue's keys are only touched when queueing
+    /// or giving attempts back.
+    fn acquire_call(&self, attempt: &Attempt, proposal: Option<u64>) -> redis::Cmd {
+        let keys = &attempt.keys;
+        let queueing = attempt.queueing;
+        let full =
+            queueing.join.is_some() || queueing.claim.is_some() || !attempt.abandoned.is_empty();
+        let mut call = evalsha(&scripts().acquire, if full { 4 } else { 2 });
+        call.arg(&keys.lock).arg(&keys.fence);
+        if full {
+            call.arg(&keys.queue).arg(&keys.waiting);
+        }
+        call.arg(&*attempt.owner)
+            .arg(attempt.lease_ms)
+            .arg(attempt.id);
+        if proposal.is_some() || full {
+            call.arg(proposal.map(|t| t.to_string()).unwrap_or_default());
+        }
+        if full {
+            let window = queueing.join.map(|w| w.as_millis().to_string());
+            call.arg(window.unwrap_or_default())
+                .arg(queueing.claim.map(|c| c.to_string()).unwrap_or_default())
+                .arg(&keys.channel)
+                .arg(self.publish_mode())
+                .arg(&attempt.abandoned[..]);
+        }
+        call
+    }
+
+    /// `WAIT` on the lent connection that just wrote the lock, until `acks.replicas` replicas
+    /// have it (WAIT counts the writes of the connection it is sent on, and blocks it
+    /// meanwhile; see `conn::Spare`). Not replicated in time: the hold `hold` is given back
+    /// and the caller gets [`Error::ReplicaAcks`].
+    async fn await_replicas(
         &self,
         keys: &LockKeys,
-        call: &redis::Cmd,
-        owner: &str,
-        attempt: u64,
+        lent: Lent,
         acks: ReplicaAcks,
-        queued: bool,
-    ) -> Result<AcquireReply, Error> {
-        let (reply, mut lent) = self
-            .with_script(keys, &scripts().acquire, || {
-                self.acquire_on_lent(keys, call)
-            })
-            .await?;
-        let reply = self.parse_acquire(keys, &reply, queued)?;
-        if !matches!(reply, AcquireReply::Acquired { .. }) {
-            lent.give_back(self);
-            return Ok(reply);
-        }
+        owner: &str,
+        hold: u64,
+    ) -> Result<(), Error> {
+        let mut lent = lent;
         let mut wait = redis::cmd("WAIT");
         wait.arg(acks.replicas).arg(acks.timeout.as_millis() as u64);
         let bound = acks.timeout + self.request_bound;
@@ -467,10 +472,10 @@ impl RedisBackend {
             .map_err(|e| self.error(Some(keys), e))?;
         lent.give_back(self);
         if acked >= i64::from(acks.replicas) {
-            return Ok(reply);
+            return Ok(());
         }
         // Not replicated in time: a failover now could lose it. Give it back.
-        let _ = self.release(keys, owner, Some(attempt), None).await;
+        let _ = self.release(keys, owner, Some(hold), None).await;
         Err(Error::ReplicaAcks {
             lock: keys.name.clone(),
             server: self.server.clone(),
@@ -480,12 +485,24 @@ impl RedisBackend {
         })
     }
 
-    /// Runs the acquire script on a lent connection, which is handed back with the reply.
-    async fn acquire_on_lent(
+    /// Runs a script on a connection lent for it (NOSCRIPT handled), which is handed back
+    /// with the reply.
+    async fn run_on_lent<T: redis::FromRedisValue>(
+        &self,
+        keys: &LockKeys,
+        script: &Lua,
+        call: &redis::Cmd,
+    ) -> Result<(T, Lent), Error> {
+        self.with_script(keys, script, || self.query_on_lent(keys, call))
+            .await
+    }
+
+    /// Sends `call` on a connection lent for it, which is handed back with the reply.
+    async fn query_on_lent<T: redis::FromRedisValue>(
         &self,
         keys: &LockKeys,
         call: &redis::Cmd,
-    ) -> Result<Result<(Vec<Value>, Lent), RedisError>, Error> {
+    ) -> Result<Result<(T, Lent), RedisError>, Error> {
         match &self.conn {
             Conn::Cluster(cluster) => {
                 self.bounded(Some(keys), async {
@@ -537,12 +554,13 @@ impl RedisBackend {
         parsed.ok_or_else(|| self.protocol(keys, &format!("fencing token {value:?}")))
     }
 
-    /// Gives back one hold. With `attempt`, only if that attempt was the last to acquire.
+    /// Gives back the hold taken by attempt `hold` (and the place it took in the queue), or
+    /// with `None` the owner's newest hold.
     pub(crate) async fn release(
         &self,
         keys: &LockKeys,
         owner: &str,
-        attempt: Option<u64>,
+        hold: Option<u64>,
         message: Option<&str>,
     ) -> Result<Released, Error> {
         let script = &scripts().release;
@@ -553,7 +571,7 @@ impl RedisBackend {
             .arg(&keys.waiting)
             .arg(owner)
             .arg(&keys.channel);
-        match attempt {
+        match hold {
             Some(id) => call.arg(id),
             None => call.arg(""),
         };
@@ -594,48 +612,70 @@ impl RedisBackend {
         }
     }
 
-    /// Extends the lease to at least `lease_ms` if `owner` holds the lock.
-    pub(crate) async fn extend(
-        &self,
-        keys: &LockKeys,
-        owner: &str,
-        lease_ms: u64,
-    ) -> Result<Renewal, Error> {
-        let script = &scripts().extend;
-        let mut call = evalsha(script, 1);
-        call.arg(&keys.lock).arg(owner).arg(lease_ms);
-        let ttl: i64 = self.run(keys, script, &call).await?;
-        Ok(if ttl >= 0 {
-            Renewal::Renewed
-        } else {
-            Renewal::NotHeld
-        })
+    /// The extend script's call for one hold.
+    fn extend_call(hold: &LeaseState, lease_ms: u64) -> redis::Cmd {
+        let hold = &hold.hold;
+        let mut call = evalsha(&scripts().extend, 1);
+        call.arg(&hold.keys.lock)
+            .arg(&*hold.owner)
+            .arg(lease_ms)
+            .arg(hold.id);
+        call
     }
 
-    /// Renews many leases: one pipelined round trip on a single server, concurrent requests on
-    /// a cluster (the locks live on different nodes). The outer error means the round trip
-    /// failed as a whole; inner errors are per lock (e.g. WRONGTYPE).
+    /// Extends a hold's lease to at least `lease_ms` while the hold is live.
+    pub(crate) async fn extend(&self, hold: &LeaseState, lease_ms: u64) -> Result<Renewal, Error> {
+        let keys = &hold.hold.keys;
+        let call = Self::extend_call(hold, lease_ms);
+        let ttl: i64 = self.run(keys, &scripts().extend, &call).await?;
+        Ok(renewal(ttl))
+    }
+
+    /// [`RedisBackend::extend`] on a lent connection, followed by `WAIT` until
+    /// `acks.replicas` replicas have the lock: a handover was written by the releasing
+    /// holder's script, and this write (the lease always grows after a handover) is what
+    /// `WAIT` then counts. Not replicated in time: the hold is given back.
+    pub(crate) async fn extend_replicated(
+        &self,
+        hold: &LeaseState,
+        lease_ms: u64,
+        acks: ReplicaAcks,
+    ) -> Result<Renewal, Error> {
+        let keys = &hold.hold.keys;
+        let call = Self::extend_call(hold, lease_ms);
+        let (ttl, lent): (i64, _) = self.run_on_lent(keys, &scripts().extend, &call).await?;
+        if ttl < 0 {
+            lent.give_back(self);
+            return Ok(Renewal::NotHeld);
+        }
+        let owner = &hold.hold.owner;
+        self.await_replicas(keys, lent, acks, owner, hold.hold.id)
+            .await?;
+        Ok(Renewal::Renewed)
+    }
+
+    /// Renews many holds: one pipelined round trip on a single server, concurrent requests
+    /// on a cluster (the locks live on different nodes). The outer error means the round trip
+    /// failed as a whole; inner errors are per lock (e.g. WRONGTYPE). `lease_ms`: the lease to
+    /// ask for, else each hold's own.
     pub(crate) async fn renew_batch(
         &self,
         items: &[super::RenewItem],
+        lease_ms: Option<u64>,
     ) -> Result<Vec<Result<Renewal, Error>>, Error> {
+        let lease_of = |h: &LeaseState| lease_ms.unwrap_or(h.hold.lease.as_millis() as u64);
         let master = match &self.conn {
             Conn::Master(master) => master,
             Conn::Cluster(_) => {
-                let each = items
-                    .iter()
-                    .map(|(keys, owner, lease_ms)| self.extend(keys, owner, *lease_ms));
+                let each = items.iter().map(|h| self.extend(h, lease_of(h)));
                 return Ok(futures_util::future::join_all(each).await);
             }
         };
         let script = &scripts().extend;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for (keys, owner, lease_ms) in items {
-            pipe.add_command(evalsha(script, 1))
-                .arg(&keys.lock)
-                .arg(&**owner)
-                .arg(*lease_ms);
+        for hold in items {
+            pipe.add_command(Self::extend_call(hold, lease_of(hold)));
         }
         let send = |node: Arc<Node>| {
             let pipe = &pipe;
@@ -674,11 +714,13 @@ impl RedisBackend {
         Ok(items
             .iter()
             .zip(replies)
-            .map(|((keys, _, _), reply)| match reply {
-                Value::Int(ttl) if ttl >= 0 => Ok(Renewal::Renewed),
-                Value::Int(_) => Ok(Renewal::NotHeld),
-                Value::ServerError(e) => Err(self.error(Some(keys), e.into())),
-                other => Err(self.protocol(keys, &format!("renewal replied {other:?}"))),
+            .map(|(hold, reply)| {
+                let keys = &hold.hold.keys;
+                match reply {
+                    Value::Int(ttl) => Ok(renewal(ttl)),
+                    Value::ServerError(e) => Err(self.error(Some(keys), e.into())),
+                    other => Err(self.protocol(keys, &format!("renewal replied {other:?}"))),
+                }
             })
             .collect())
     }
@@ -711,8 +753,8 @@ impl RedisBackend {
             let field = String::from_utf8_lossy(field).into_owned();
             match field.as_str() {
                 "=token" => status.current_token = Some(self.token(keys, value)?),
-                "=attempt" => {}
-                _ => status.owners.push((field, self.token(keys, value)?)),
+                f if f.starts_with('=') => {}
+                _ => status.owners.push((field, hold_count(value))),
             }
         }
         Ok(status)
@@ -727,11 +769,11 @@ impl RedisBackend {
             .arg(&keys.waiting)
             .arg(&keys.channel)
             .arg(self.publish_mode());
-        let fields: Vec<(String, String)> = self.run(keys, script, &call).await?;
+        let fields: Vec<(String, Value)> = self.run(keys, script, &call).await?;
         Ok(fields
             .into_iter()
             .filter(|(field, _)| !field.starts_with('='))
-            .map(|(field, count)| (field, count.parse().unwrap_or(0)))
+            .map(|(field, holds)| (field, hold_count(&holds)))
             .collect())
     }
 
@@ -793,13 +835,25 @@ impl RedisBackend {
                 detail: e.to_string(),
             };
         }
-        if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") {
-            if let Some(keys) = keys {
+        let detail = e.to_string();
+        if let Some(keys) = keys {
+            if e.code() == Some("WRONGTYPE") || detail.contains("WRONGTYPE") {
+                // The scripts name the key; plain commands touch only the lock key.
+                let named = [&keys.fence, &keys.queue, &keys.waiting]
+                    .into_iter()
+                    .find(|k| detail.contains(k.as_str()));
                 return Error::WrongType {
                     lock: keys.name.clone(),
-                    key: keys.lock.clone(),
+                    key: named.unwrap_or(&keys.lock).clone(),
                     server: self.server.clone(),
-                    detail: e.to_string(),
+                    detail,
+                };
+            }
+            if e.code() == Some("FENCE") || detail.starts_with("FENCE") {
+                return Error::FencingExhausted {
+                    lock: keys.name.clone(),
+                    server: self.server.clone(),
+                    detail,
                 };
             }
         }
@@ -808,6 +862,23 @@ impl RedisBackend {
             server: self.server.clone(),
             source: e,
         }
+    }
+}
+
+/// What an extend script's reply (the remaining lease, or -1) says.
+fn renewal(ttl: i64) -> Renewal {
+    if ttl >= 0 {
+        Renewal::Renewed
+    } else {
+        Renewal::NotHeld
+    }
+}
+
+/// A holder's hold count: the number of hold ids in its field.
+fn hold_count(holds: &Value) -> u64 {
+    match holds {
+        Value::BulkString(ids) => String::from_utf8_lossy(ids).split_whitespace().count() as u64,
+        _ => 0,
     }
 }
 

@@ -1,0 +1,357 @@
+//! The acquire algorithm: one attempt, and waiting for a turn.
+//!
+//! An attempt is one round trip that either takes a hold (named by the attempt's id) or finds
+//! the lock held. Waiting queues behind this client's other waiters for the lock; the head
+//! takes a place in the server's queue and is handed the lock by the release script, or tries
+//! again when a release is announced. Whatever an attempt may have left on the server when the
+//! caller stops caring (a lost reply, a dropped future, a wait given up) is given back by id.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::redis::ReplicaAcks;
+use crate::backend::{AcquireReply, Attempt, Queueing};
+use crate::client::ClientInner;
+use crate::error::{Error, Result};
+use crate::guard::Guard;
+use crate::lease::{Hold, LeaseState};
+use crate::name::LockKeys;
+use crate::waiters::Ticket;
+
+/// The longest a waiter's place in the server's queue lasts without being renewed (locks
+/// renewed by the watchdog; a fixed lease is its own window).
+const PLACE_WINDOW: Duration = Duration::from_secs(5);
+
+/// What an acquire call asks for: the same for each of its attempts.
+pub(crate) struct Ask<'a> {
+    pub(crate) client: &'a Arc<ClientInner>,
+    pub(crate) keys: &'a Arc<LockKeys>,
+    pub(crate) owner: &'a Arc<str>,
+    pub(crate) lease: Duration,
+    /// The watchdog renews the lease (no explicit lease was given).
+    pub(crate) renew: bool,
+    pub(crate) acks: Option<ReplicaAcks>,
+}
+
+/// What one attempt found.
+pub(crate) enum Attempted {
+    Acquired(Guard),
+    Held {
+        remaining: Option<Duration>,
+        /// The place the attempt took in the server's wait queue.
+        queued: Option<Place>,
+    },
+}
+
+/// A place in the server's wait queue: the attempt that took (or last renewed) it, and when
+/// that request was sent, which is when a lease handed over to it counts from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place {
+    attempt: u64,
+    sent: Instant,
+}
+
+/// An attempt whose effects on the server are given back if this is dropped while armed: a
+/// hold the attempt may have taken (its reply was lost, or its future dropped), or the place
+/// it took in the server's queue (a wait that ended without the lock; a handover that arrived
+/// meanwhile goes too). The give-back names the attempt, so it never touches another hold.
+struct Undo<'a> {
+    ask: &'a Ask<'a>,
+    armed: Option<Place>,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if let Some(place) = self.armed {
+            let ask = self.ask;
+            ask.client
+                .give_back_later(ask.keys, ask.owner, place.attempt, None);
+        }
+    }
+}
+
+impl Ask<'_> {
+    /// One acquire round trip with attempt id `id`, and the guard when it succeeded.
+    pub(crate) async fn once(&self, id: u64, queueing: Queueing) -> Result<Attempted> {
+        let sent = Instant::now();
+        let mut pending = Undo {
+            ask: self,
+            armed: Some(Place { attempt: id, sent }),
+        };
+        let abandoned = self.client.abandoned.pending(self.keys, self.owner);
+        let attempt = Attempt {
+            keys: self.keys.clone(),
+            owner: self.owner.clone(),
+            lease_ms: self.lease.as_millis() as u64,
+            id,
+            valid_until: self.client.watchdog.deadline(sent, self.lease),
+            acks: self.acks,
+            queueing,
+            abandoned,
+        };
+        let reply = self.client.backend.acquire(&attempt).await;
+        if !matches!(reply, Err(Error::Unavailable { .. } | Error::Quorum { .. })) {
+            // The script ran: the attempts given up that it carried are given back.
+            let client = self.client;
+            client
+                .abandoned
+                .settle(self.keys, self.owner, &attempt.abandoned);
+        }
+        match reply {
+            Ok(AcquireReply::Acquired { token, count }) => {
+                pending.armed = None;
+                tracing::debug!(lock = %self.keys.name, token, count, "acquired");
+                Ok(Attempted::Acquired(self.guard(
+                    id,
+                    (sent, self.lease),
+                    token,
+                    count,
+                )))
+            }
+            Ok(AcquireReply::Held {
+                remaining,
+                undo,
+                queued,
+            }) => {
+                if undo {
+                    self.undo_minority(id).await;
+                }
+                // A place taken in the server's queue goes to the caller, whose `Undo` gives
+                // it up if need be.
+                let armed = pending.armed.take();
+                Ok(Attempted::Held {
+                    remaining,
+                    queued: armed.filter(|_| queued),
+                })
+            }
+            // A server error (e.g. WRONGTYPE) means the script stopped before it changed
+            // anything; only a lost reply, or a RedLock majority that failed, may leave a hold
+            // behind, which `pending` gives back.
+            Err(e @ (Error::Unavailable { .. } | Error::Quorum { .. })) => Err(e),
+            Err(e) => {
+                pending.armed = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// RedLock servers that granted a minority: their holds go before the caller tries again,
+    /// not in the background, so that no server holds a grant this owner does not keep. If
+    /// this fails, the next attempt carries the id (see `abandoned`), and the lease ends it.
+    async fn undo_minority(&self, id: u64) {
+        let backend = &self.client.backend;
+        if let Err(e) = backend.release(self.keys, self.owner, Some(id)).await {
+            tracing::debug!(lock = %self.keys.name, error = %e, "undoing a failed attempt");
+            self.client.abandoned.add(self.keys, self.owner, id);
+        }
+    }
+
+    /// A guard for the hold `id`, granted for `granted.1` by a request sent at `granted.0`
+    /// (the lease, or a queue place's window): the deadline and the first renewal count from
+    /// then; renewals ask for the whole lease.
+    fn guard(&self, id: u64, granted: (Instant, Duration), token: u64, count: u64) -> Guard {
+        let watchdog = &self.client.watchdog;
+        let (sent, term) = granted;
+        let hold = Hold {
+            keys: self.keys.clone(),
+            owner: self.owner.clone(),
+            lease: self.lease,
+            renew: self.renew,
+            id,
+            token,
+        };
+        let state = Arc::new(LeaseState::new(
+            hold,
+            watchdog.deadline(sent, term),
+            watchdog.renew_at(sent, term),
+        ));
+        watchdog.track(&state);
+        Guard::new(self.client.clone(), state, count)
+    }
+
+    /// Acquires, waiting until `deadline` (never, if `None`) for the lock.
+    pub(crate) async fn until(&self, deadline: Option<(Instant, Duration)>) -> Result<Guard> {
+        let waiters = &self.client.waiters;
+        let queues = self.client.backend.queues();
+        let channel = &self.keys.channel;
+        // Queue behind this client's waiters instead of barging in. A caller that is not yet
+        // subscribed to the lock's channel tries once first (an uncontended acquire costs one
+        // round trip); one that is (a lock contended a moment ago) queues up at once, so that
+        // its first attempt can take a place in the server's queue too.
+        let queue_at_once =
+            waiters.has_waiters(channel) || (queues && waiters.is_subscribed(channel));
+        if !queue_at_once {
+            if let Attempted::Acquired(guard) =
+                self.once(rand::random(), Queueing::default()).await?
+            {
+                return Ok(guard);
+            }
+        }
+        let joined = waiters.join(self.client, channel);
+        let ticket = match deadline {
+            Some((at, _)) => tokio::time::timeout_at(at, joined)
+                .await
+                .map_err(|_| self.timed_out(deadline))??,
+            None => joined.await?,
+        };
+        let mut wait = Waiting {
+            ask: self,
+            ticket,
+            deadline,
+            queues,
+            // How long a place in the server's queue stays valid without being renewed: a
+            // waiter that dies is skipped (or, if handed the lock, loses it) after at most this
+            // long. A fixed lease is never renewed, so there the place is as long as the lease.
+            window: if self.renew {
+                self.lease.min(PLACE_WINDOW)
+            } else {
+                self.lease
+            },
+            place: Undo {
+                ask: self,
+                armed: None,
+            },
+        };
+        let waited = wait.run().await;
+        if let Err(Error::Timeout { .. }) = &waited {
+            wait.leave().await;
+        }
+        waited
+    }
+
+    fn timed_out(&self, deadline: Option<(Instant, Duration)>) -> Error {
+        Error::Timeout {
+            lock: self.keys.name.clone(),
+            waited: deadline.map_or(Duration::ZERO, |(_, d)| d),
+        }
+    }
+}
+
+/// One caller waiting for its turn.
+struct Waiting<'a> {
+    ask: &'a Ask<'a>,
+    ticket: Ticket,
+    deadline: Option<(Instant, Duration)>,
+    /// The server keeps a wait queue and hands the lock over.
+    queues: bool,
+    window: Duration,
+    /// Our place in the server's queue, given up (in the background) if we stop waiting.
+    place: Undo<'a>,
+}
+
+impl Waiting<'_> {
+    async fn run(&mut self) -> Result<Guard> {
+        loop {
+            while !self.ticket.is_head() {
+                self.wait(None).await?;
+            }
+            let handoff = self.ticket.take_handoff();
+            if let (false, Some(held_for)) = (self.queues, handoff) {
+                // The previous head just acquired: wait for its release, not more than its lease.
+                self.wait(Some(held_for)).await?;
+            }
+            if let Some(guard) = self.handed_over().await? {
+                return Ok(guard);
+            }
+            let queueing = Queueing {
+                join: self.queues.then_some(self.window),
+                claim: self.place.armed.map(|t| t.attempt),
+            };
+            // The handover to the place this attempt takes can arrive before its reply: the
+            // ticket knows the attempt id before it is sent.
+            let id = rand::random();
+            if self.queues {
+                self.ticket.queued(id);
+            }
+            match self.ask.once(id, queueing).await? {
+                Attempted::Acquired(guard) => {
+                    self.place.armed = None;
+                    self.ticket.acquired(self.ask.lease);
+                    return Ok(guard);
+                }
+                Attempted::Held { remaining, queued } => {
+                    let mut bound = remaining.unwrap_or(self.ask.client.options.default_lease);
+                    if let Some(taken) = queued {
+                        self.place.armed = Some(taken);
+                        // The handover comes as a message; this bound only renews the place
+                        // before its window runs out (and covers a lost message, or a lock
+                        // handed to a waiter that died).
+                        bound = bound.min(self.window / 2);
+                    }
+                    tracing::trace!(lock = %self.ask.keys.name, ?bound, "held; waiting for a release");
+                    self.wait(Some(bound)).await?;
+                }
+            }
+        }
+    }
+
+    /// Waits for a notification, for at most `bound`, and never past the deadline.
+    async fn wait(&self, bound: Option<Duration>) -> Result<()> {
+        let bound = async {
+            match bound {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let deadline = async {
+            match self.deadline {
+                Some((at, _)) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.ticket.notified() => Ok(()),
+            _ = bound => Ok(()),
+            _ = deadline => Err(self.ask.timed_out(self.deadline)),
+        }
+    }
+
+    /// The guard, if the release script handed the lock to our place: its hold is named by
+    /// the place's attempt, and its lease counts from the request that took the place.
+    async fn handed_over(&mut self) -> Result<Option<Guard>> {
+        let Some(taken) = self.place.armed else {
+            return Ok(None);
+        };
+        let Some(token) = self.ticket.take_grant(taken.attempt) else {
+            return Ok(None);
+        };
+        let ask = self.ask;
+        tracing::debug!(lock = %ask.keys.name, token, "handed over");
+        let guard = ask.guard(taken.attempt, (taken.sent, self.window), token, 1);
+        self.place.armed = None;
+        self.ticket.acquired(ask.lease);
+        if let Some(acks) = ask.acks {
+            // The releasing holder wrote the handover, without waiting for replicas: wait
+            // for them now, as an acquire of our own would have.
+            guard.replicate(acks).await?;
+        } else if !ask.renew {
+            // What is left of the window may be less than the fixed lease the caller asked
+            // for (the watchdog would renew it; here nothing will). A failure shows in the
+            // guard, whose deadline stays honest.
+            if let Err(e) = guard.extend(ask.lease).await {
+                tracing::debug!(lock = %ask.keys.name, error = %e, "extending a handover failed");
+            }
+        }
+        Ok(Some(guard))
+    }
+
+    /// A wait that timed out gives up its place before returning, not in the background: a
+    /// process that exits on the timeout must not be handed the lock afterwards. If that
+    /// fails, the place is given up in the background (and by the owner's next attempt).
+    async fn leave(&mut self) {
+        let Some(taken) = self.place.armed else {
+            return;
+        };
+        let ask = self.ask;
+        let left = ask
+            .client
+            .backend
+            .release(ask.keys, ask.owner, Some(taken.attempt))
+            .await;
+        if left.is_ok() {
+            self.place.armed = None;
+        }
+    }
+}

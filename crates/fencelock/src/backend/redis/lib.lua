@@ -1,0 +1,186 @@
+-- Prepended to every lock script: the rules they share, written once.
+--
+-- A lock is a hash. Its holder's field lists the holds it has, one attempt id per hold
+-- (space-separated, oldest first): a release, renewal or undo names the hold it belongs to,
+-- and does nothing when that hold is gone. '=token' is the holding's fencing token.
+-- Every script reads (and so type-checks) each key before it changes anything.
+
+-- Fails the script with an error that names `key`.
+local function fail(key, what)
+  error({err = 'WRONGTYPE ' .. key .. ' ' .. what})
+end
+
+-- Runs a reading command on `key`; a key of the wrong type fails the script, naming the key.
+local function read(command, key, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply.err then
+    if string.find(reply.err, 'WRONGTYPE', 1, true) then
+      fail(key, 'holds the wrong kind of value for a lock')
+    end
+    error(reply)
+  end
+  return reply
+end
+
+-- Fails unless `key` is absent or of type `kind` ('list', 'hash').
+local function expect(key, kind)
+  local found = redis.call('TYPE', key).ok
+  if found ~= 'none' and found ~= kind then
+    fail(key, 'is a ' .. found .. ', not a ' .. kind)
+  end
+end
+
+-- Holds: a list of attempt ids.
+local function has(list, id)
+  return string.find(' ' .. list .. ' ', ' ' .. id .. ' ', 1, true) ~= nil
+end
+
+local function count(list)
+  local n = 0
+  for _ in string.gmatch(list, '%S+') do
+    n = n + 1
+  end
+  return n
+end
+
+-- The list without `id` (without its newest hold when `id` is nil).
+local function without(list, id)
+  local kept, dropped = {}, false
+  local ids = {}
+  for each in string.gmatch(list, '%S+') do
+    ids[#ids + 1] = each
+  end
+  for i = #ids, 1, -1 do
+    if not dropped and (id == nil or ids[i] == id) then
+      dropped = true
+    else
+      table.insert(kept, 1, ids[i])
+    end
+  end
+  return table.concat(kept, ' ')
+end
+
+-- Fencing tokens are decimal text compared exactly: Lua numbers are doubles, exact only
+-- below 2^53, and a counter written by another tool may be anywhere up to 2^64 - 1.
+local MAX_TOKEN = '18446744073709551615'
+
+local function less(a, b)
+  if #a ~= #b then
+    return #a < #b
+  end
+  return a < b
+end
+
+local function succ(a)
+  local digits = {string.byte(a, 1, -1)}
+  local i = #digits
+  while i >= 1 and digits[i] == 57 do -- '9'
+    digits[i] = 48
+    i = i - 1
+  end
+  if i == 0 then
+    return '1' .. string.char(unpack(digits))
+  end
+  digits[i] = digits[i] + 1
+  return string.char(unpack(digits))
+end
+
+-- The server's clock in microseconds, as decimal text.
+local function now_us()
+  local now = redis.call('TIME')
+  return now[1] .. string.format('%06d', tonumber(now[2]))
+end
+
+-- The next token, max(last + 1, floor), where `floor` is a clock in us or a token proposed
+-- by the client (RedLock): a counter lost in a restart without persistence, or stale on a
+-- promoted replica, cannot make tokens go backwards. Only reads: the caller stores it with
+-- SET once every check has passed. Fails, changing nothing, when the counter is not a
+-- number or the tokens are used up.
+local function plan_token(counter, floor)
+  local last = read('GET', counter) or '0'
+  if not string.match(last, '^%d+$') then
+    error({err = 'FENCE ' .. counter .. ' does not hold a fencing counter'})
+  end
+  last = string.gsub(last, '^0+(%d)', '%1')
+  if less(MAX_TOKEN, last) or last == MAX_TOKEN then
+    error({err = 'FENCE ' .. counter .. ' has issued the highest fencing token (2^64 - 1)'})
+  end
+  local token = succ(last)
+  if less(token, floor) then
+    token = floor
+  end
+  return token
+end
+
+-- Publishes a release message (SPUBLISH on a Cluster: sharded pub/sub reaches the waiters
+-- on the lock's shard).
+local function publish(k, message)
+  if k.sharded then
+    redis.call('SPUBLISH', k.channel, message)
+  else
+    redis.call('PUBLISH', k.channel, message)
+  end
+end
+
+-- Removes `owner`'s place in the wait queue (only the place taken by attempt `id`, if given).
+local function leave_queue(k, owner, id)
+  if not k.waiting then
+    return
+  end
+  local place = read('HGET', k.waiting, owner)
+  if place and (id == nil or string.match(place, '^%d+') == id) then
+    redis.call('HDEL', k.waiting, owner)
+    redis.call('LREM', k.queue, 1, owner)
+  end
+end
+
+-- Ends a holding: hands the lock to the first place in the queue whose window has time left
+-- (publishing '=grant <attempt> <token>'), or deletes it and publishes `message`. The new
+-- holder gets what is left of its window, counted from its request, so that its own deadline
+-- (measured from sending that request) comes first; its watchdog then renews the full lease.
+local function end_holding(k, message)
+  local queued = k.queue and read('LLEN', k.queue) > 0
+  local now, token
+  if queued then
+    now = now_us()
+    token = plan_token(k.fence, now)
+  end
+  redis.call('DEL', k.lock)
+  while queued do
+    local next = redis.call('LPOP', k.queue)
+    if not next then
+      break
+    end
+    local place = redis.call('HGET', k.waiting, next)
+    redis.call('HDEL', k.waiting, next)
+    local attempt, window, since = string.match(place or '', '^(%d+) (%d+) (%d+)$')
+    if attempt then
+      local left = math.floor((tonumber(since) + tonumber(window) * 1000 - tonumber(now)) / 1000)
+      if left >= 2 then
+        redis.call('SET', k.fence, token)
+        redis.call('HSET', k.lock, next, attempt, '=token', token)
+        redis.call('PEXPIRE', k.lock, left)
+        publish(k, '=grant ' .. attempt .. ' ' .. token)
+        return
+      end
+    end
+  end
+  publish(k, message)
+end
+
+-- Gives back the hold `id` of `owner` (whose holds are `list`), and the place `id` took in
+-- the queue. Returns the holds left ('' when the holding ended), or false when `id` held
+-- nothing.
+local function give_back(k, owner, list, id, message)
+  leave_queue(k, owner, id)
+  if not list or not has(list, id) then
+    return false
+  end
+  list = without(list, id)
+  if list == '' then
+    end_holding(k, message)
+  else
+    redis.call('HSET', k.lock, owner, list)
+  end
+  return list
+end
