@@ -53,6 +53,11 @@ impl Abandoned {
         }
     }
 
+    /// How many attempts and holds are not known to be given back.
+    pub(crate) fn len(&self) -> usize {
+        self.map().values().map(Vec::len).sum()
+    }
+
     /// These attempts were given back on the server (a script ran with them).
     pub(crate) fn settle(&self, keys: &LockKeys, owner: &str, settled: &[u64]) {
         if settled.is_empty() {

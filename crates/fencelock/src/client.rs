@@ -197,16 +197,24 @@ impl Client {
     /// ends. Waits at most the client's request bound (connect + response timeout).
     ///
     /// Fails with [`Error::Unfinished`] when some of that work was still under way at the
-    /// bound: a server that did not answer may then keep a grant until its lease ends.
+    /// bound, or failed: a server that did not answer may then keep a grant until its lease
+    /// ends. (A hold whose give-back failed is also given back by the owner's next attempt on
+    /// that lock.)
     pub async fn close(self) -> Result<()> {
-        let tracker = self.inner.watchdog.tracker.clone();
+        let watchdog = &self.inner.watchdog;
+        let tracker = watchdog.tracker.clone();
         tracker.close();
         let bound = self.inner.options.request_bound();
-        if tokio::time::timeout(bound, tracker.wait()).await.is_err() {
-            let pending = tracker.len();
-            tracing::warn!(pending, "background work still under way at close");
+        let timed_out = tokio::time::timeout(bound, tracker.wait()).await.is_err();
+        let pending = if timed_out { tracker.len() } else { 0 };
+        // Holds and attempts given up whose give-back failed (and that no later attempt gave
+        // back), and RedLock releases that failed on a server after the majority answered.
+        let failed = self.inner.abandoned.len() + watchdog.take_failures();
+        if pending + failed > 0 {
+            tracing::warn!(pending, failed, "background work unfinished at close");
             return Err(Error::Unfinished {
                 pending,
+                failed,
                 waited: bound,
             });
         }

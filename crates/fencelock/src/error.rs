@@ -192,13 +192,15 @@ pub enum Error {
         /// The server's message, naming the counter key.
         detail: String,
     },
-    /// [`crate::Client::close`] gave up waiting for background work (releases, undos, RedLock
-    /// requests still in flight): a server that did not answer may keep a grant until its
-    /// lease ends.
-    #[error("{pending} background request(s) still under way after {waited:?} at close")]
+    /// [`crate::Client::close`] found background work (releases, undos, RedLock requests
+    /// still in flight) unfinished after its bound, or failed: a server that did not answer
+    /// may keep a grant until its lease ends.
+    #[error("at close, {pending} background request(s) were still under way after {waited:?} and {failed} had failed; a server may keep a lock until its lease ends")]
     Unfinished {
         /// Requests still under way.
         pending: usize,
+        /// Give-backs (releases, undos) that failed.
+        failed: usize,
         /// How long `close` waited.
         waited: Duration,
     },

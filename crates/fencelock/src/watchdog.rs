@@ -10,6 +10,7 @@ use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -97,14 +98,26 @@ pub(crate) struct Watchdog {
     /// Background work that should be done before the program exits (releases, undos,
     /// finishing RedLock requests): what `Client::close` waits for.
     pub(crate) tracker: TaskTracker,
+    /// RedLock give-backs that failed on a server after a majority had answered (that server
+    /// may keep a grant until its lease ends): what `Client::close` reports.
+    failures: Arc<AtomicUsize>,
     options: ClientOptions,
 }
 
 /// Hands futures to the background task to be driven to completion.
 #[derive(Clone)]
-pub(crate) struct Finisher(mpsc::UnboundedSender<Request>, TaskTracker);
+pub(crate) struct Finisher(
+    mpsc::UnboundedSender<Request>,
+    TaskTracker,
+    Arc<AtomicUsize>,
+);
 
 impl Finisher {
+    /// Counts a background give-back that failed, for `Client::close` to report.
+    pub(crate) fn failed(&self) {
+        self.2.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn finish(&self, work: impl Future<Output = ()> + Send + 'static) {
         let _ = self
             .0
@@ -135,6 +148,7 @@ impl Watchdog {
                 wake: Notify::new(),
                 requests: tx,
                 tracker: TaskTracker::new(),
+                failures: Arc::new(AtomicUsize::new(0)),
                 options,
             },
             Runner { requests: rx },
@@ -158,7 +172,16 @@ impl Watchdog {
 
     /// A handle for backends to hand in-flight work to the background task.
     pub(crate) fn finisher(&self) -> Finisher {
-        Finisher(self.requests.clone(), self.tracker.clone())
+        Finisher(
+            self.requests.clone(),
+            self.tracker.clone(),
+            self.failures.clone(),
+        )
+    }
+
+    /// How many RedLock give-backs failed on a straggler since the last call.
+    pub(crate) fn take_failures(&self) -> usize {
+        self.failures.swap(0, Ordering::Relaxed)
     }
 
     /// The usable part of a lease that began (was requested) at `sent`.

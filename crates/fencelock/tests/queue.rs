@@ -280,3 +280,52 @@ async fn a_fixed_lease_handed_over_is_a_whole_lease() {
     assert!(ttl > 1500, "PTTL {ttl}");
     next.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_wants_replica_acks_is_served_under_contention() {
+    let master = server();
+    let replica = RedisServer::builder()
+        .config("replicaof", &format!("127.0.0.1 {}", master.port()))
+        .start()
+        .unwrap();
+    eventually(10.0, "replica in sync", || {
+        replica.info_field("master_link_status").as_deref() == Some("up")
+    })
+    .await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut turns = Vec::new();
+    for _ in 0..2 {
+        let c = client(&master).await;
+        let stop = stop.clone();
+        turns.push(tokio::spawn(async move {
+            let lock = c.lock("acked");
+            let mut taken = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && taken < 200 {
+                let g = lock.acquire().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                g.release().await.unwrap();
+                taken += 1;
+            }
+            taken
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let acked = client(&master).await;
+    let lock = acked
+        .lock("acked")
+        .with_options(LockOptions::default().min_replica_acks(1, Duration::from_millis(500)));
+    let guard = lock
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .expect("the replica-ack waiter was served while others took turns");
+    assert!(guard.is_held());
+    assert!(
+        turns.iter().all(|t| !t.is_finished()),
+        "the others had stopped"
+    );
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in turns {
+        within(5.0, "the others stop", t).await.unwrap();
+    }
+}

@@ -368,7 +368,20 @@ impl RedLock {
                 break;
             }
         }
-        self.finish(pending);
+        // A straggler that fails may leave the lock on its server: `Client::close` says so.
+        if !pending.is_empty() {
+            let finisher = self.finisher.clone();
+            self.finisher.finish(async move {
+                pending
+                    .for_each(|(_, result)| {
+                        if result.is_err() {
+                            finisher.failed();
+                        }
+                        async {}
+                    })
+                    .await;
+            });
+        }
         if answered - failed < self.quorum {
             return Err(self.quorum_error(Some(keys), "release", outcomes));
         }

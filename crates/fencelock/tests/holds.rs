@@ -1,0 +1,207 @@
+//! A release, renewal, heal or undo acts only on the hold it belongs to: a stale guard, a lost
+//! attempt or a given-up wait never touches a newer holding (issue 9, items 1-6).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fencelock::{Client, ClientOptions, Error, LockOptions, Released};
+use fencelock_testkit::RedisServer;
+
+/// The hold ids the lock's holder has on `server` (empty when nobody holds it).
+fn holds(server: &RedisServer, name: &str) -> Vec<String> {
+    let key = format!("fencelock:{{{name}}}");
+    match server.command(&["HGETALL", &key]).unwrap() {
+        fencelock_testkit::Reply::Array(Some(fields)) => fields
+            .chunks(2)
+            .filter(|pair| !pair[0].text().unwrap().starts_with('='))
+            .flat_map(|pair| {
+                let ids = pair[1].text().unwrap();
+                ids.split_whitespace().map(str::to_owned).collect::<Vec<_>>()
+            })
+            .collect(),
+        other => panic!("HGETALL replied {other:?}"),
+    }
+}
+
+fn queue_len(server: &RedisServer, name: &str) -> i64 {
+    let key = format!("fencelock:{{{name}}}:queue");
+    server.command(&["LLEN", &key]).unwrap().int().unwrap()
+}
+
+/// Waits until the client's background work (releases of dropped guards, undos) is done.
+async fn settle(client: &Client) {
+    within(5.0, "background work", client.clone().close())
+        .await
+        .expect("background work finished");
+}
+
+#[tokio::test]
+async fn the_drop_of_a_lost_guard_never_releases_the_next_holding() {
+    let server = server();
+    let client = client_with(&server, short_lease(600)).await;
+    let lock = client.lock("relost");
+    for _ in 0..5 {
+        let g1 = lock.acquire().await.unwrap();
+        server.command(&["DEL", "fencelock:{relost}"]).unwrap();
+        within(3.0, "g1 told it lost the lock", g1.lost()).await;
+        // The shape of every "re-acquire when lost" loop.
+        drop(g1);
+        let g2 = lock.acquire().await.unwrap();
+        settle(&client).await;
+        assert!(g2.is_held());
+        assert_eq!(holds(&server, "relost").len(), 1, "g2's hold is still there");
+        let other = client_with(&server, short_lease(600)).await;
+        assert!(
+            other.lock("relost").try_acquire().await.unwrap().is_err(),
+            "another client got in while g2 holds the lock"
+        );
+        assert_eq!(g2.release().await.unwrap(), Released::Released);
+    }
+}
+
+#[tokio::test]
+async fn retries_after_a_stalled_server_take_one_hold() {
+    let server = server();
+    let options = ClientOptions::default().response_timeout(Duration::from_millis(300));
+    let client = client_with(&server, options).await;
+    let lock = client.lock("stalled");
+    // The server stalls for 0.9 s (an inline command on a socket of its own; its reply is
+    // read at the end).
+    let mut stall = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    std::io::Write::write_all(&mut stall, b"DEBUG SLEEP 0.9\r\n").unwrap();
+    // Let DEBUG SLEEP reach the server first.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut failures = 0;
+    let guard = within(10.0, "acquire after the stall", async {
+        loop {
+            match lock.acquire().await {
+                Ok(guard) => break guard,
+                Err(Error::Unavailable { .. }) => failures += 1,
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+    })
+    .await;
+    let mut reply = [0u8; 5];
+    std::io::Read::read_exact(&mut stall, &mut reply).unwrap();
+    assert_eq!(&reply, b"+OK\r\n", "DEBUG SLEEP ran");
+    assert!(failures >= 1, "the stall made no attempt fail");
+    assert_eq!(guard.hold_count(), 1, "a given-up attempt counted as a re-entry");
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    settle(&client).await;
+    assert!(!has_key(&server, "stalled"), "an orphan hold is left");
+}
+
+#[tokio::test]
+async fn a_wait_cancelled_at_its_handover_then_retried_takes_one_hold() {
+    let server = server();
+    let holder = client(&server).await;
+    let held = holder.lock("handed").acquire().await.unwrap();
+    let client = client(&server).await;
+    let lock = client.lock("handed");
+    let mut waiting = Box::pin(lock.acquire());
+    tokio::select! {
+        _ = &mut waiting => panic!("acquired while held"),
+        _ = eventually(5.0, "the waiter took its place", || queue_len(&server, "handed") == 1) => {}
+    }
+    // The release hands the lock to the waiter's place; the waiter stops caring just then
+    // (as `timeout(d, lock.acquire())` does) and tries again.
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    assert_eq!(holds(&server, "handed").len(), 1, "handed over");
+    drop(waiting);
+    let guard = within(5.0, "the retry", lock.acquire()).await.unwrap();
+    assert_eq!(guard.hold_count(), 1, "the retry re-entered the abandoned handover");
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    settle(&client).await;
+    assert!(!has_key(&server, "handed"), "an orphan hold is left");
+}
+
+#[tokio::test]
+async fn a_waiter_that_re_enters_leaves_the_queue() {
+    let server = server();
+    let holder = client(&server).await;
+    let _held = holder.lock("reenter").acquire().await.unwrap();
+    let client = client_with(&server, short_lease(1000)).await;
+    let lock = client.lock("reenter");
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    eventually(5.0, "the waiter took its place", || {
+        queue_len(&server, "reenter") == 1
+    })
+    .await;
+    // The holder's key goes; a clone of the waiting handle takes the lock at once.
+    server.command(&["DEL", "fencelock:{reenter}"]).unwrap();
+    let first = lock.try_acquire().await.unwrap().expect("free");
+    let second = within(5.0, "the waiter re-enters", waiter).await.unwrap();
+    assert_eq!(second.hold_count(), 2);
+    assert_eq!(queue_len(&server, "reenter"), 0, "the re-entry kept its place");
+    assert!(matches!(
+        second.release().await.unwrap(),
+        Released::StillHeld { count: 1 }
+    ));
+    assert_eq!(first.release().await.unwrap(), Released::Released);
+    assert!(
+        !has_key(&server, "reenter"),
+        "the lock was handed to a stale place"
+    );
+}
+
+#[tokio::test]
+async fn a_renewal_of_a_stale_guard_does_not_keep_it_alive() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.lock("stale").with_options(LockOptions::default().lease(Duration::from_secs(10)));
+    let g1 = lock.acquire().await.unwrap();
+    server.command(&["DEL", "fencelock:{stale}"]).unwrap();
+    let g2 = lock.acquire().await.unwrap();
+    assert_eq!(g2.hold_count(), 1);
+    assert!(
+        matches!(g1.extend(Duration::from_secs(10)).await, Err(Error::LockLost { .. })),
+        "a stale guard renewed the newer holding"
+    );
+    assert!(!g1.is_held());
+    assert!(g2.is_held());
+    assert_eq!(g2.release().await.unwrap(), Released::Released);
+}
+
+#[tokio::test]
+async fn a_redlock_heal_never_lands_after_the_release() {
+    let servers = servers(3);
+    let client = redlock(&servers, ClientOptions::default()).await;
+    let lock = client
+        .lock("healed")
+        .with_options(LockOptions::default().lease(Duration::from_secs(20)));
+    for _ in 0..10 {
+        let guard = lock.acquire().await.unwrap();
+        // One server loses the lock (as a restart without persistence would).
+        servers[0].command(&["DEL", "fencelock:{healed}"]).unwrap();
+        guard.extend(Duration::from_secs(20)).await.unwrap();
+        assert_eq!(guard.release().await.unwrap(), Released::Released);
+        settle(&client).await;
+        for (i, s) in servers.iter().enumerate() {
+            assert!(!has_key(s, "healed"), "server {i} kept a grant after release");
+        }
+    }
+}
+
+#[tokio::test]
+async fn close_says_when_background_work_is_unfinished() {
+    let servers = servers(3);
+    let options = ClientOptions::default()
+        .connect_timeout(Duration::from_millis(200))
+        .response_timeout(Duration::from_millis(300));
+    let client = redlock(&servers, options).await;
+    let guard = client.lock("slow").acquire().await.unwrap();
+    servers[2].pause();
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    let closed = within(5.0, "close", client.close()).await;
+    servers[2].resume();
+    assert!(
+        matches!(closed, Err(Error::Unfinished { .. })),
+        "close hid unfinished work: {closed:?}"
+    );
+}
