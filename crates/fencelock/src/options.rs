@@ -40,8 +40,9 @@ impl LockOptions {
     /// close it. With RedLock, each server counts as granting only once its replicas
     /// acknowledged.
     ///
-    /// Such a lock does not take a place in the server's wait queue (a handover is not
-    /// followed by `WAIT`): its waiters retry when the lock is released, as with RedLock.
+    /// Such a lock waits in the server's queue like any other; when the lock is handed to it,
+    /// it extends the lease on a connection of its own and runs `WAIT` there before its
+    /// acquire returns.
     ///
     /// `timeout` must be shorter than the lease (the lease runs while the replicas are
     /// awaited). `WAIT` blocks the connection it is sent on, so such acquisitions use a

@@ -18,7 +18,9 @@ fn holds(server: &RedisServer, name: &str) -> Vec<String> {
             .filter(|pair| !pair[0].text().unwrap().starts_with('='))
             .flat_map(|pair| {
                 let ids = pair[1].text().unwrap();
-                ids.split_whitespace().map(str::to_owned).collect::<Vec<_>>()
+                ids.split_whitespace()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
             })
             .collect(),
         other => panic!("HGETALL replied {other:?}"),
@@ -51,7 +53,11 @@ async fn the_drop_of_a_lost_guard_never_releases_the_next_holding() {
         let g2 = lock.acquire().await.unwrap();
         settle(&client).await;
         assert!(g2.is_held());
-        assert_eq!(holds(&server, "relost").len(), 1, "g2's hold is still there");
+        assert_eq!(
+            holds(&server, "relost").len(),
+            1,
+            "g2's hold is still there"
+        );
         let other = client_with(&server, short_lease(600)).await;
         assert!(
             other.lock("relost").try_acquire().await.unwrap().is_err(),
@@ -88,7 +94,11 @@ async fn retries_after_a_stalled_server_take_one_hold() {
     std::io::Read::read_exact(&mut stall, &mut reply).unwrap();
     assert_eq!(&reply, b"+OK\r\n", "DEBUG SLEEP ran");
     assert!(failures >= 1, "the stall made no attempt fail");
-    assert_eq!(guard.hold_count(), 1, "a given-up attempt counted as a re-entry");
+    assert_eq!(
+        guard.hold_count(),
+        1,
+        "a given-up attempt counted as a re-entry"
+    );
     assert_eq!(guard.release().await.unwrap(), Released::Released);
     settle(&client).await;
     assert!(!has_key(&server, "stalled"), "an orphan hold is left");
@@ -112,7 +122,11 @@ async fn a_wait_cancelled_at_its_handover_then_retried_takes_one_hold() {
     assert_eq!(holds(&server, "handed").len(), 1, "handed over");
     drop(waiting);
     let guard = within(5.0, "the retry", lock.acquire()).await.unwrap();
-    assert_eq!(guard.hold_count(), 1, "the retry re-entered the abandoned handover");
+    assert_eq!(
+        guard.hold_count(),
+        1,
+        "the retry re-entered the abandoned handover"
+    );
     assert_eq!(guard.release().await.unwrap(), Released::Released);
     settle(&client).await;
     assert!(!has_key(&server, "handed"), "an orphan hold is left");
@@ -138,7 +152,11 @@ async fn a_waiter_that_re_enters_leaves_the_queue() {
     let first = lock.try_acquire().await.unwrap().expect("free");
     let second = within(5.0, "the waiter re-enters", waiter).await.unwrap();
     assert_eq!(second.hold_count(), 2);
-    assert_eq!(queue_len(&server, "reenter"), 0, "the re-entry kept its place");
+    assert_eq!(
+        queue_len(&server, "reenter"),
+        0,
+        "the re-entry kept its place"
+    );
     assert!(matches!(
         second.release().await.unwrap(),
         Released::StillHeld { count: 1 }
@@ -154,13 +172,18 @@ async fn a_waiter_that_re_enters_leaves_the_queue() {
 async fn a_renewal_of_a_stale_guard_does_not_keep_it_alive() {
     let server = server();
     let client = client(&server).await;
-    let lock = client.lock("stale").with_options(LockOptions::default().lease(Duration::from_secs(10)));
+    let lock = client
+        .lock("stale")
+        .with_options(LockOptions::default().lease(Duration::from_secs(10)));
     let g1 = lock.acquire().await.unwrap();
     server.command(&["DEL", "fencelock:{stale}"]).unwrap();
     let g2 = lock.acquire().await.unwrap();
     assert_eq!(g2.hold_count(), 1);
     assert!(
-        matches!(g1.extend(Duration::from_secs(10)).await, Err(Error::LockLost { .. })),
+        matches!(
+            g1.extend(Duration::from_secs(10)).await,
+            Err(Error::LockLost { .. })
+        ),
         "a stale guard renewed the newer holding"
     );
     assert!(!g1.is_held());
@@ -183,7 +206,10 @@ async fn a_redlock_heal_never_lands_after_the_release() {
         assert_eq!(guard.release().await.unwrap(), Released::Released);
         settle(&client).await;
         for (i, s) in servers.iter().enumerate() {
-            assert!(!has_key(s, "healed"), "server {i} kept a grant after release");
+            assert!(
+                !has_key(s, "healed"),
+                "server {i} kept a grant after release"
+            );
         }
     }
 }

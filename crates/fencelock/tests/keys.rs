@@ -45,7 +45,10 @@ async fn tokens_reach_2_pow_64_minus_1_and_then_refuse_leaving_nothing() {
             }
             other => panic!("expected FencingExhausted, got {other:?}"),
         }
-        assert!(!has_key(&server, "top"), "the failed acquire left the lock behind");
+        assert!(
+            !has_key(&server, "top"),
+            "the failed acquire left the lock behind"
+        );
     }
     // A counter beyond the range, or not a number, is refused the same way.
     for bad in ["18446744073709551616", "99999999999999999999999", "12abc"] {
@@ -86,7 +89,10 @@ async fn a_wrong_typed_queue_fails_the_release_before_it_changes_anything() {
         other => panic!("expected WrongType, got {other:?}"),
     }
     // The error says the release did not happen, and it did not.
-    assert!(has_key(&server, "typed-queue"), "the lock was deleted anyway");
+    assert!(
+        has_key(&server, "typed-queue"),
+        "the lock was deleted anyway"
+    );
     server
         .command(&["DEL", "fencelock:{typed-queue}:queue"])
         .unwrap();
