@@ -319,6 +319,7 @@ impl Waiting<'_> {
         };
         let ask = self.ask;
         tracing::debug!(lock = %ask.keys.name, token, "handed over");
+        crate::telemetry::handover();
         let guard = ask.guard(taken.attempt, (taken.sent, self.window), token, 1);
         self.place.armed = None;
         self.ticket.acquired(ask.lease);

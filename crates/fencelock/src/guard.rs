@@ -149,8 +149,7 @@ impl Guard {
                 Ok(())
             }
             Renewal::NotHeld => {
-                self.state
-                    .fire_lost("an extension found the lock deleted or held by another owner");
+                self.state.fire_lost(crate::lease::Lost::Extension);
                 Err(self.lost_error())
             }
         }

@@ -22,6 +22,36 @@ pub(crate) struct LeaseTimes {
     pub(crate) in_flight: bool,
 }
 
+/// Why a guard's lease counts as lost.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Lost {
+    /// The deadline passed without a successful renewal.
+    Deadline,
+    /// A renewal found the hold gone.
+    Renewal,
+    /// An extension found the hold gone.
+    Extension,
+}
+
+impl Lost {
+    fn reason(self) -> &'static str {
+        match self {
+            Lost::Deadline => "the lease deadline passed without a successful renewal",
+            Lost::Renewal => "a renewal found the lock deleted or held by another owner",
+            Lost::Extension => "an extension found the lock deleted or held by another owner",
+        }
+    }
+
+    /// The `reason` label of `fencelock_holds_lost_total`.
+    fn label(self) -> &'static str {
+        match self {
+            Lost::Deadline => "deadline",
+            Lost::Renewal => "renewal",
+            Lost::Extension => "extension",
+        }
+    }
+}
+
 /// What a guard holds: one hold of a holding.
 #[derive(Debug)]
 pub(crate) struct Hold {
@@ -75,9 +105,11 @@ impl LeaseState {
     }
 
     /// Fires the lost-lock signal once, with its reason.
-    pub(crate) fn fire_lost(&self, reason: &'static str) {
+    pub(crate) fn fire_lost(&self, lost: Lost) {
+        let reason = lost.reason();
         if self.reason.set(reason).is_ok() {
             tracing::warn!(lock = %self.hold.keys.name, reason, "lock lost");
+            crate::telemetry::lost(lost.label());
         }
         self.finished.store(true, Ordering::Release);
         self.lost.cancel();

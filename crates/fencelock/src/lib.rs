@@ -26,6 +26,7 @@ mod lease;
 mod lock;
 mod name;
 mod options;
+mod telemetry;
 mod waiters;
 mod watchdog;
 

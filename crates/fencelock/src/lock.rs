@@ -14,6 +14,7 @@ use crate::error::{InputError, Result};
 use crate::guard::Guard;
 use crate::name::{validate_owner, LockKeys};
 use crate::options::{validate_acks, validate_lease, LockOptions};
+use crate::telemetry;
 
 /// A handle on one named lock, carrying an owner identity. Cheap to clone; clones share the
 /// owner, so acquiring through a clone while a guard is held re-enters the lock (the hold count
@@ -178,28 +179,35 @@ impl Lock {
     /// wait (and undoes an attempt that may have reached the server).
     pub async fn acquire(&self) -> Result<Guard> {
         let ask = self.checked()?;
-        ask.until(None)
+        let started = Instant::now();
+        let guard = ask
+            .until(None)
             .instrument(tracing::debug_span!("acquire", lock = %self.name))
-            .await
+            .await?;
+        Ok(counted(guard, started))
     }
 
     /// Like [`Lock::acquire`], but gives up after `timeout` with [`crate::Error::Timeout`].
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Guard> {
         let ask = self.checked()?;
-        ask.until(Some((Instant::now() + timeout, timeout)))
+        let started = Instant::now();
+        let guard = ask
+            .until(Some((started + timeout, timeout)))
             .instrument(tracing::debug_span!("acquire", lock = %self.name, ?timeout))
-            .await
+            .await?;
+        Ok(counted(guard, started))
     }
 
     /// One attempt: the guard, or the holder's remaining lease.
     pub async fn try_acquire(&self) -> Result<Result<Guard, Contended>> {
         let ask = self.checked()?;
+        let started = Instant::now();
         let attempted = ask
             .once(rand::random(), Queueing::default())
             .instrument(tracing::debug_span!("try_acquire", lock = %self.name))
             .await?;
         Ok(match attempted {
-            Attempted::Acquired(guard) => Ok(guard),
+            Attempted::Acquired(guard) => Ok(counted(guard, started)),
             Attempted::Held { remaining, .. } => Err(Contended {
                 remaining_lease: remaining,
             }),
@@ -223,4 +231,15 @@ impl Lock {
         let raw = self.client.backend.status(ask.keys).await?;
         Ok(LockStatus::from_raw(&self.name, raw))
     }
+}
+
+/// Records an acquisition (metrics) and hands the guard on.
+fn counted(guard: Guard, started: Instant) -> Guard {
+    let how = if guard.hold_count() > 1 {
+        telemetry::Acquired::Reentry
+    } else {
+        telemetry::Acquired::First
+    };
+    telemetry::acquired(how, started.elapsed());
+    guard
 }

@@ -23,9 +23,10 @@ use tokio_util::task::TaskTracker;
 use crate::backend::Renewal;
 use crate::client::ClientInner;
 use crate::error::Error;
-use crate::lease::{LeaseState, LeaseTimes};
+use crate::lease::{LeaseState, LeaseTimes, Lost};
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
+use crate::telemetry;
 
 /// Renewals due within one quantum of each other go out together.
 const BATCH_QUANTUM: Duration = Duration::from_millis(10);
@@ -265,7 +266,7 @@ impl Watchdog {
             times.scheduled = None;
             if now >= times.deadline {
                 drop(times);
-                lease.fire_lost("the lease deadline passed without a successful renewal");
+                lease.fire_lost(Lost::Deadline);
                 continue;
             }
             if lease.hold.renew && !times.in_flight && now >= times.renew_at {
@@ -306,17 +307,20 @@ impl Watchdog {
             }
             match result {
                 Ok(Renewal::Renewed) => {
+                    telemetry::renewal("renewed");
                     let deadline = self.deadline(sent, lease.hold.lease);
                     times.deadline = times.deadline.max(deadline);
                     times.renew_at = self.renew_at(sent, lease.hold.lease);
                     tracing::debug!(lock = %lease.hold.keys.name, "lease renewed");
                 }
                 Ok(Renewal::NotHeld) => {
+                    telemetry::renewal("not_held");
                     drop(times);
-                    lease.fire_lost("a renewal found the lock deleted or held by another owner");
+                    lease.fire_lost(Lost::Renewal);
                     continue;
                 }
                 Err(e) => {
+                    telemetry::renewal("failed");
                     // Try again soon; the deadline stays, and fires if the server stays away.
                     let retry = (lease.hold.lease / 10).min(Duration::from_secs(1));
                     times.renew_at = Instant::now() + retry;

@@ -1,0 +1,133 @@
+//! The metrics named in README.md, read through a recorder (cargo feature `metrics`).
+#![cfg(feature = "metrics")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::MetricKind;
+
+/// Every metric's value so far. The debugging recorder hands out what changed since its
+/// last snapshot, so the values are summed here.
+#[derive(Default)]
+struct Seen {
+    counters: Vec<(String, Vec<(String, String)>, u64)>,
+    histograms: Vec<(String, usize)>,
+}
+
+impl Seen {
+    fn update(&mut self, snapshotter: &Snapshotter) {
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let k = key.key();
+            let labels: Vec<(String, String)> = k
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            match (key.kind(), value) {
+                (MetricKind::Counter, DebugValue::Counter(n)) => {
+                    match self
+                        .counters
+                        .iter_mut()
+                        .find(|(name, l, _)| name == k.name() && *l == labels)
+                    {
+                        Some(entry) => entry.2 = entry.2.max(n),
+                        None => self.counters.push((k.name().to_owned(), labels, n)),
+                    }
+                }
+                (_, DebugValue::Histogram(v)) => match self
+                    .histograms
+                    .iter_mut()
+                    .find(|(name, _)| name == k.name())
+                {
+                    Some(entry) => entry.1 += v.len(),
+                    None => self.histograms.push((k.name().to_owned(), v.len())),
+                },
+                _ => {}
+            }
+        }
+    }
+
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.counters
+            .iter()
+            .filter(|(n, l, _)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
+            })
+            .map(|(_, _, v)| *v)
+            .sum()
+    }
+
+    fn histogram_len(&self, name: &str) -> usize {
+        self.histograms
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, len)| *len)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_waits_handovers_renewals_and_losses_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::set_global_recorder(recorder).expect("the only recorder of this test process");
+
+    let server = server();
+    let client = client_with(&server, short_lease(600)).await;
+    let lock = client.lock("metered");
+    let first = lock.acquire().await.unwrap();
+    let again = lock.acquire().await.unwrap();
+    let mut seen = Seen::default();
+    seen.update(&snapshotter);
+    assert_eq!(
+        seen.counter("fencelock_acquisitions_total", &[("kind", "first")]),
+        1
+    );
+    assert_eq!(
+        seen.counter("fencelock_acquisitions_total", &[("kind", "reentry")]),
+        1
+    );
+    assert_eq!(seen.histogram_len("fencelock_acquire_wait_seconds"), 2);
+
+    // Renewals: the watchdog renews a 600 ms lease every 200 ms.
+    eventually(5.0, "a renewal counted", || {
+        seen.update(&snapshotter);
+        seen.counter("fencelock_renewals_total", &[("outcome", "renewed")]) >= 1
+    })
+    .await;
+
+    // A handover to another client's waiter.
+    let other = client_with(&server, short_lease(600)).await;
+    let waiter = {
+        let lock = other.lock("metered");
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    eventually(5.0, "the waiter queued", || {
+        server
+            .command(&["LLEN", "fencelock:{metered}:queue"])
+            .unwrap()
+            .int()
+            == Some(1)
+    })
+    .await;
+    again.release().await.unwrap();
+    first.release().await.unwrap();
+    let handed = within(5.0, "handover", waiter).await.unwrap();
+    seen.update(&snapshotter);
+    assert_eq!(seen.counter("fencelock_handovers_total", &[]), 1);
+
+    // A loss found by a renewal.
+    server.command(&["DEL", "fencelock:{metered}"]).unwrap();
+    within(5.0, "lost", handed.lost()).await;
+    seen.update(&snapshotter);
+    assert_eq!(
+        seen.counter("fencelock_holds_lost_total", &[("reason", "renewal")]),
+        1
+    );
+    assert!(seen.counter("fencelock_renewals_total", &[("outcome", "not_held")]) >= 1);
+    let _ = tokio::time::timeout(Duration::from_secs(1), handed.release()).await;
+}
