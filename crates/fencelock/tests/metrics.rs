@@ -9,11 +9,13 @@ use common::*;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 
+type Labels = Vec<(String, String)>;
+
 /// Every metric's value so far. The debugging recorder hands out what changed since its
 /// last snapshot, so the values are summed here.
 #[derive(Default)]
 struct Seen {
-    counters: Vec<(String, Vec<(String, String)>, u64)>,
+    counters: Vec<(String, Labels, u64)>,
     histograms: Vec<(String, usize)>,
 }
 
@@ -21,7 +23,7 @@ impl Seen {
     fn update(&mut self, snapshotter: &Snapshotter) {
         for (key, _, _, value) in snapshotter.snapshot().into_vec() {
             let k = key.key();
-            let labels: Vec<(String, String)> = k
+            let labels: Labels = k
                 .labels()
                 .map(|l| (l.key().to_owned(), l.value().to_owned()))
                 .collect();
