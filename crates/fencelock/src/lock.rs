@@ -123,7 +123,8 @@ pub struct Waiter {
     /// [`Waiter::unreadable`].
     pub window: Duration,
     /// How long the place stays valid: `window - age`, zero once it ran out. A waiter handed
-    /// the lock gets this much of a lease (its watchdog then renews it).
+    /// the lock now would first hold it for this long (then its watchdog renews it, or a
+    /// fixed lease is extended to the whole lease).
     pub remaining: Duration,
     /// The release script would skip this place: less than 2 ms of its window is left (the
     /// least it hands over), or the place is unreadable.
