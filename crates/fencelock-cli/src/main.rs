@@ -75,7 +75,8 @@ enum Command {
     /// Run PROGRAM while holding the lock NAME; release it when PROGRAM exits.
     #[command(after_help = exit::TABLE)]
     Run(run::RunArgs),
-    /// Show whether a lock is held, by whom, for how long, and its last fencing token.
+    /// Show whether a lock is held, by whom, for how long, its last fencing token, and the
+    /// waiters queued for it (with the age of each place; expired places are dead waiters).
     Status(status::StatusArgs),
     /// Delete a lock whoever holds it (for a lock you know is stale), and wake its waiters.
     Unlock(status::UnlockArgs),

@@ -65,6 +65,20 @@ pub async fn status(args: StatusArgs) -> u8 {
             .iter()
             .map(|(owner, count)| json!({ "owner": owner, "hold_count": count }))
             .collect();
+        let waiters: Vec<_> = status
+            .waiters
+            .iter()
+            .map(|w| {
+                json!({
+                    "owner": w.owner,
+                    "age_ms": ms(Some(w.age)),
+                    "window_ms": ms(Some(w.window)),
+                    "remaining_ms": ms(Some(w.remaining)),
+                    "expired": w.expired,
+                    "unreadable": w.unreadable,
+                })
+            })
+            .collect();
         let out = json!({
             "name": status.name,
             "held": status.held,
@@ -72,9 +86,12 @@ pub async fn status(args: StatusArgs) -> u8 {
             "remaining_lease_ms": ms(status.remaining_lease),
             "fencing_token": status.fencing_token,
             "last_token": status.last_token,
+            "waiters": waiters,
         });
         println!("{out}");
-    } else if status.held {
+        return 0;
+    }
+    if status.held {
         println!("lock {:?} is held", status.name);
         for (owner, count) in &status.owners {
             println!("  owner:           {owner} (hold count {count})");
@@ -96,7 +113,58 @@ pub async fn status(args: StatusArgs) -> u8 {
             None => println!("  never taken"),
         }
     }
+    if args.conn.url.len() > 1 {
+        println!("  waiters:         not tracked (RedLock keeps no wait queue)");
+    } else {
+        print_waiters(&status.waiters);
+    }
     0
+}
+
+/// The wait queue: a header `  waiters:         none` or
+/// `  waiters:         N in arrival order[ (E expired[, U unreadable])]`, then one line per
+/// place in arrival order, owners padded to one width:
+/// `    N. OWNER  age AGE, valid for LEFT` (the window has time left),
+/// `    N. OWNER  age AGE, expired AGO ago` (the release will skip it: a dead waiter), or
+/// `    N. OWNER  unreadable: WHY`. Durations in humantime form, whole milliseconds.
+/// Documented in the README; tests parse it.
+fn print_waiters(waiters: &[fencelock::Waiter]) {
+    if waiters.is_empty() {
+        println!("  waiters:         none");
+        return;
+    }
+    let unreadable = waiters.iter().filter(|w| w.unreadable.is_some()).count();
+    let expired = waiters
+        .iter()
+        .filter(|w| w.expired && w.unreadable.is_none())
+        .count();
+    let mut counts = Vec::new();
+    if expired > 0 {
+        counts.push(format!("{expired} expired"));
+    }
+    if unreadable > 0 {
+        counts.push(format!("{unreadable} unreadable"));
+    }
+    print!("  waiters:         {} in arrival order", waiters.len());
+    if counts.is_empty() {
+        println!();
+    } else {
+        println!(" ({})", counts.join(", "));
+    }
+    let human = |d: Duration| humantime::format_duration(round_ms(d)).to_string();
+    let width = waiters.iter().map(|w| w.owner.len()).max().unwrap_or(0);
+    for (i, w) in waiters.iter().enumerate() {
+        let state = match &w.unreadable {
+            Some(why) => format!("unreadable: {why}"),
+            None if w.expired => format!(
+                "age {}, expired {} ago",
+                human(w.age),
+                human(w.age.saturating_sub(w.window))
+            ),
+            None => format!("age {}, valid for {}", human(w.age), human(w.remaining)),
+        };
+        println!("    {}. {:<width$}  {state}", i + 1, w.owner);
+    }
 }
 
 fn round_ms(d: Duration) -> Duration {

@@ -530,3 +530,100 @@ async fn several_urls_mean_redlock() {
     assert_eq!(out.status.code(), Some(USAGE), "{:?}", text(&out));
     assert!(text(&out).1.contains("odd number"));
 }
+
+/// Waits until the wait queue of `name` holds `n` places.
+async fn queued(server: &RedisServer, name: &str, n: i64) {
+    let key = format!("fencelock:{{{name}}}:queue");
+    within(10, "waiters queued", async {
+        while server.command(&["LLEN", &key]).ok().and_then(|r| r.int()) != Some(n) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// `fencelock status` lists the waiters in arrival order with the age of each place; a
+/// waiter killed while waiting keeps its place, which is shown as expired once its window
+/// (here 2 s: `--lease 2s`) has run out.
+#[tokio::test]
+async fn status_shows_the_waiters_and_a_dead_ones_expired_place() {
+    let server = RedisServer::start().unwrap();
+    let (client, guard) = hold(&server, "busy").await;
+    let out = output(&server, &["status", "busy"]).await;
+    assert!(
+        text(&out).0.contains("\n  waiters:         none\n"),
+        "{:?}",
+        text(&out)
+    );
+    let doomed = fencelock(&server)
+        .args(["run", "--key", "busy", "--lease", "2s", "--", "true"])
+        .spawn()
+        .unwrap();
+    queued(&server, "busy", 1).await;
+    // A live waiter behind it (a 5 s place, renewed) keeps the queue keys alive.
+    let live = client.lock("busy").with_owner("live-waiter");
+    let task = tokio::spawn(async move { live.acquire().await.unwrap() });
+    queued(&server, "busy", 2).await;
+
+    let out = output(&server, &["status", "busy", "--json"]).await;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let waiters = v["waiters"].as_array().unwrap();
+    assert_eq!(waiters.len(), 2, "{v}");
+    let dead = waiters[0]["owner"].as_str().unwrap().to_owned();
+    assert_eq!(waiters[1]["owner"], "live-waiter");
+    assert_eq!(waiters[0]["window_ms"], 2000);
+    assert_eq!(waiters[1]["window_ms"], 5000);
+    for w in waiters {
+        assert_eq!(w["expired"], false, "{v}");
+        assert_eq!(w["unreadable"], serde_json::Value::Null, "{v}");
+        let (age, window) = (w["age_ms"].as_u64(), w["window_ms"].as_u64());
+        assert!(age.unwrap() < window.unwrap(), "{v}");
+        assert!(w["remaining_ms"].as_u64().unwrap() > 0, "{v}");
+    }
+    let out = output(&server, &["status", "busy"]).await;
+    let stdout = text(&out).0;
+    assert!(
+        stdout.contains("  waiters:         2 in arrival order\n"),
+        "{stdout}"
+    );
+    let first = format!("    1. {dead}  age ");
+    assert!(stdout.contains(&first), "{stdout}");
+    assert!(stdout.contains(", valid for "), "{stdout}");
+    assert!(stdout.contains("    2. live-waiter"), "{stdout}");
+
+    // Killed while waiting: it cannot give its place up.
+    signal_and_wait(doomed, Signal::SIGKILL).await;
+    within(10, "the dead waiter's place expired", async {
+        loop {
+            let out = output(&server, &["status", "busy", "--json"]).await;
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            if v["waiters"][0]["expired"] == true {
+                assert_eq!(v["waiters"][0]["owner"].as_str(), Some(dead.as_str()));
+                assert_eq!(v["waiters"][0]["remaining_ms"], 0);
+                assert_eq!(v["waiters"][1]["expired"], false, "{v}");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let out = output(&server, &["status", "busy"]).await;
+    let stdout = text(&out).0;
+    assert!(
+        stdout.contains("  waiters:         2 in arrival order (1 expired)\n"),
+        "{stdout}"
+    );
+    let line = stdout.lines().find(|l| l.contains(&dead)).unwrap();
+    assert!(
+        line.contains(", expired ") && line.ends_with(" ago"),
+        "{stdout}"
+    );
+
+    // The release skips the dead place and hands the lock to the live waiter.
+    guard.release().await.unwrap();
+    let next = within(10, "the live waiter is served", task).await;
+    let next = next.unwrap();
+    assert_eq!(next.owner(), "live-waiter");
+    next.release().await.unwrap();
+}

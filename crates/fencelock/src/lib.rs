@@ -35,7 +35,7 @@ pub use backend::Released;
 pub use client::Client;
 pub use error::{Error, InputError, Result, ServerOutcome};
 pub use guard::Guard;
-pub use lock::{Contended, Lock, LockStatus};
+pub use lock::{Contended, Lock, LockStatus, Waiter};
 pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};
 pub use options::{ClientOptions, LockOptions, MAX_LEASE, MIN_LEASE};
 

@@ -533,6 +533,8 @@ impl RedLock {
                 last_token,
                 current_token: None,
                 owners: Vec::new(),
+                // RedLock keeps no queue on the servers.
+                waiters: Vec::new(),
             });
         }
         let mut remaining: Vec<Option<Duration>> = held.iter().map(|v| v.remaining).collect();
@@ -547,6 +549,8 @@ impl RedLock {
             last_token,
             current_token: held.iter().filter_map(|v| v.current_token).max(),
             owners: held[0].owners.clone(),
+            // RedLock keeps no queue on the servers.
+            waiters: Vec::new(),
         })
     }
 

@@ -74,6 +74,8 @@ pub(crate) struct RawStatus {
     pub(crate) last_token: Option<u64>,
     pub(crate) current_token: Option<u64>,
     pub(crate) owners: Vec<(String, u64)>,
+    /// The wait queue in arrival order (always empty with RedLock).
+    pub(crate) waiters: Vec<crate::lock::Waiter>,
 }
 
 /// How the backend reaches its server.
@@ -725,18 +727,23 @@ impl RedisBackend {
             .collect())
     }
 
-    /// A consistent snapshot of a lock.
+    /// A consistent snapshot of a lock and its wait queue.
     pub(crate) async fn status(&self, keys: &LockKeys) -> Result<RawStatus, Error> {
         let script = &scripts().status;
-        let mut call = evalsha(script, 2);
-        call.arg(&keys.lock).arg(&keys.fence);
+        let mut call = evalsha(script, 4);
+        call.arg(&keys.lock)
+            .arg(&keys.fence)
+            .arg(&keys.queue)
+            .arg(&keys.waiting);
         let reply: Vec<Value> = self.run(keys, script, &call).await?;
-        let bad = || self.protocol(keys, "status reply");
-        let (Some(Value::Int(pttl)), Some(last)) = (reply.first(), reply.get(1)) else {
-            return Err(bad());
+        let bad = |what: &str| self.protocol(keys, &format!("status reply: {what}"));
+        let [Value::Int(pttl), last, Value::Array(fields), Value::Array(time), Value::Array(queue)] =
+            reply.as_slice()
+        else {
+            return Err(bad(&format!("{reply:?}")));
         };
         let last_token = match last {
-            Value::Nil => None,
+            Value::Nil | Value::Boolean(false) => None,
             v => Some(self.token(keys, v)?),
         };
         let mut status = RawStatus {
@@ -745,10 +752,11 @@ impl RedisBackend {
             last_token,
             current_token: None,
             owners: Vec::new(),
+            waiters: Vec::new(),
         };
-        for pair in reply[2..].chunks(2) {
+        for pair in fields.chunks(2) {
             let [Value::BulkString(field), value] = pair else {
-                return Err(bad());
+                return Err(bad(&format!("lock field {pair:?}")));
             };
             let field = String::from_utf8_lossy(field).into_owned();
             match field.as_str() {
@@ -756,6 +764,32 @@ impl RedisBackend {
                 f if f.starts_with('=') => {}
                 _ => status.owners.push((field, hold_count(value))),
             }
+        }
+        // TIME: seconds and microseconds, as text.
+        let number = |v: &Value| match v {
+            Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse::<u64>().ok(),
+            Value::Int(n) => u64::try_from(*n).ok(),
+            _ => None,
+        };
+        let now_us = match time.as_slice() {
+            [secs, micros] => number(secs)
+                .zip(number(micros))
+                .and_then(|(s, us)| s.checked_mul(1_000_000)?.checked_add(us)),
+            _ => None,
+        }
+        .ok_or_else(|| bad(&format!("server time {time:?}")))?;
+        for pair in queue.chunks(2) {
+            let (owner, place) = match pair {
+                [Value::BulkString(owner), Value::BulkString(place)] => (owner, Some(place)),
+                [Value::BulkString(owner), Value::Nil | Value::Boolean(false)] => (owner, None),
+                _ => return Err(bad(&format!("queue entry {pair:?}"))),
+            };
+            let place = place.map(|p| String::from_utf8_lossy(p));
+            status.waiters.push(crate::lock::Waiter::from_place(
+                String::from_utf8_lossy(owner).into_owned(),
+                place.as_deref(),
+                now_us,
+            ));
         }
         Ok(status)
     }

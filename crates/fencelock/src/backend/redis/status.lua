@@ -1,9 +1,28 @@
--- A consistent snapshot of one lock.
--- KEYS[1]: the lock hash, KEYS[2]: the fencing counter
--- Returns {remaining lease in ms (-2: not held), last token issued or false, field, value, ...}
-local fields = redis.call('HGETALL', KEYS[1])
-local reply = {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
-for i = 1, #fields do
-  reply[#reply + 1] = fields[i]
+-- A consistent snapshot of one lock and its wait queue.
+-- KEYS[1]: the lock hash, KEYS[2]: the fencing counter,
+-- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners
+--          (owner -> 'attempt window_ms since_us'; see acquire.lua)
+-- Returns {remaining lease in ms (-2: not held), last token issued or false,
+--          {field, value, ...} of the lock hash,
+--          the server's clock {seconds, microseconds} (TIME, which the places count from),
+--          {owner, place or false, ...} in queue order}.
+-- Missing queue keys give an empty queue; an owner the queue names without a place gives
+-- false for its place. The places are returned as stored: the client reads them.
+local queue = redis.call('LRANGE', KEYS[3], 0, -1)
+local places = {}
+-- HMGET in slices: unpack() of a long queue would overflow Lua's stack.
+for first = 1, #queue, 1000 do
+  local last = math.min(first + 999, #queue)
+  local stored = redis.call('HMGET', KEYS[4], unpack(queue, first, last))
+  for i = first, last do
+    places[2 * i - 1] = queue[i]
+    places[2 * i] = stored[i - first + 1]
+  end
 end
-return reply
+return {
+  redis.call('PTTL', KEYS[1]),
+  redis.call('GET', KEYS[2]),
+  redis.call('HGETALL', KEYS[1]),
+  redis.call('TIME'),
+  places,
+}
