@@ -231,3 +231,57 @@ async fn close_says_when_background_work_is_unfinished() {
         "close hid unfinished work: {closed:?}"
     );
 }
+
+#[tokio::test]
+async fn attempts_dropped_while_the_server_is_paused_are_not_re_entered() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.lock("paused");
+    server.pause();
+    // The shape of `timeout(d, lock.acquire())` in a retry loop: each attempt reaches the
+    // server's socket, and each future is dropped before its reply.
+    for _ in 0..3 {
+        let gave_up = tokio::time::timeout(Duration::from_millis(100), lock.acquire()).await;
+        assert!(gave_up.is_err(), "acquired from a paused server");
+    }
+    let retry = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.resume();
+    let guard = within(5.0, "the retry", retry).await.unwrap();
+    assert_eq!(guard.hold_count(), 1, "dropped attempts counted as re-entries");
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    settle(&client).await;
+    assert!(!has_key(&server, "paused"), "an orphan hold is left");
+}
+
+#[tokio::test]
+async fn the_undo_of_a_dropped_attempt_gives_back_only_its_own_hold() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.lock("concurrent");
+    server.pause();
+    // Two attempts of one owner reach the paused server; the caller drops the first.
+    let mut first = Box::pin(lock.acquire());
+    let second = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await.unwrap() }
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), &mut first)
+            .await
+            .is_err(),
+        "acquired from a paused server"
+    );
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.resume();
+    let guard = within(5.0, "the second attempt", second).await.unwrap();
+    settle(&client).await;
+    // The first attempt's hold went with its undo; the second's is the only one left.
+    assert_eq!(holds(&server, "concurrent").len(), 1);
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert!(!has_key(&server, "concurrent"), "an orphan hold is left");
+}
