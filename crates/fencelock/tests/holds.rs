@@ -251,7 +251,11 @@ async fn attempts_dropped_while_the_server_is_paused_are_not_re_entered() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     server.resume();
     let guard = within(5.0, "the retry", retry).await.unwrap();
-    assert_eq!(guard.hold_count(), 1, "dropped attempts counted as re-entries");
+    assert_eq!(
+        guard.hold_count(),
+        1,
+        "dropped attempts counted as re-entries"
+    );
     assert_eq!(guard.release().await.unwrap(), Released::Released);
     settle(&client).await;
     assert!(!has_key(&server, "paused"), "an orphan hold is left");

@@ -1,9 +1,17 @@
 //! How a `RedisBackend` reaches its server: one server, the master a set of sentinels names,
 //! or a Redis Cluster. Each has a command connection and a subscriber connection whose push
 //! messages go straight to the client's `ReleaseSink`.
+//!
+//! A connection the server or the network closes (the server's `timeout` for idle clients,
+//! `CLIENT KILL`, a reset) is replaced at once, not when the next request fails: both of a
+//! node's connections speak RESP3, on which redis-rs's `ConnectionManager` hears of the
+//! closed socket and connects again in the background. (On RESP2 it has no such signal: the
+//! first request after the close fails with "broken pipe", and only that failure starts the
+//! reconnection.) A request caught by a close in flight is sent once more by
+//! `RedisBackend::on_master` if it may run twice.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -16,11 +24,46 @@ use super::super::ReleaseSink;
 use super::url::server_name;
 use crate::options::ClientOptions;
 
+/// A node's subscriber connection as its push handler sees it (weakly: the node owns it).
+type Watched = Weak<OnceLock<ConnectionManager>>;
+
 /// Forwards release messages and disconnections from a subscriber connection.
+///
+/// After a disconnection, every waiter retries once (releases may have been missed). With
+/// `resubscribed` (a node's subscriber connection, which redis-rs connects again and
+/// resubscribes on its own), the waiters are woken only once that connection answers again,
+/// i.e. after its channels were subscribed again: a waiter woken earlier could ask, find the
+/// lock held, and then miss the release published before the resubscription, waiting for its
+/// bound instead. `bound` limits that wait (the server may be down: then they retry at once).
 pub(crate) fn push_handler(
     sink: Weak<dyn ReleaseSink>,
+    resubscribed: Option<Watched>,
+    bound: Duration,
 ) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync + 'static {
     move |info: PushInfo| {
+        if info.kind == PushKind::Disconnection {
+            let sub = resubscribed
+                .as_ref()
+                .and_then(Weak::upgrade)
+                .and_then(|s| s.get().cloned());
+            if let (Some(mut sub), Ok(runtime)) = (sub, tokio::runtime::Handle::try_current()) {
+                let sink = sink.clone();
+                runtime.spawn(async move {
+                    // Waits for the new connection, which subscribes the channels before it
+                    // takes requests.
+                    let ping = redis::cmd("PING");
+                    let back = tokio::time::timeout(bound, ping.query_async::<Value>(&mut sub));
+                    if let Ok(Err(e)) = back.await {
+                        tracing::debug!(error = %e, "the subscriber connection is not back");
+                    }
+                    drop(sub);
+                    if let Some(sink) = sink.upgrade() {
+                        sink.disconnected();
+                    }
+                });
+                return Ok(());
+            }
+        }
         let Some(sink) = sink.upgrade() else {
             return Err(());
         };
@@ -45,11 +88,16 @@ fn manager_config(options: &ClientOptions) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(options.connect_timeout))
         .set_response_timeout(Some(options.response_timeout))
-        // Reconnection is retried on the next request; each request is bounded in time.
+        // Reconnection is retried on the next request (or the next close); each request is
+        // bounded in time.
         .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(200))
 }
 
+/// The connection as RESP3. Besides the push messages a subscriber needs, this is what makes
+/// a `ConnectionManager` replace a connection as soon as it is closed: redis-rs listens for
+/// the disconnection only on RESP3 connections (`ConnectionManager::new_lazy_with_config`
+/// sets its internal push sender only then; `check_for_disconnect_pushes` reconnects).
 fn resp3(info: &ConnectionInfo) -> ConnectionInfo {
     info.clone().set_redis_settings(
         info.redis_settings()
@@ -81,6 +129,12 @@ impl<C> Spare<C> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 
+    /// Drops the idle connections: one connection of their server was lost, and a server's
+    /// `timeout` closes idle connections alike. New ones are opened when needed.
+    pub(crate) fn clear(&self) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     pub(crate) fn give_back(&self, conn: C) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < Self::KEEP {
@@ -93,6 +147,8 @@ impl<C> Spare<C> {
 pub(crate) struct Node {
     pub(crate) cmd: ConnectionManager,
     pub(crate) sub: ConnectionManager,
+    /// `sub` again, for its push handler to see (see [`push_handler`]).
+    _watched: Arc<OnceLock<ConnectionManager>>,
     pub(crate) server: String,
     client: redis::Client,
     lend_config: AsyncConnectionConfig,
@@ -103,6 +159,7 @@ pub(crate) struct Node {
 struct NodeSetup {
     cmd: (redis::Client, ConnectionManagerConfig),
     sub: (redis::Client, ConnectionManagerConfig),
+    watched: Arc<OnceLock<ConnectionManager>>,
     server: String,
     lend_config: AsyncConnectionConfig,
 }
@@ -110,9 +167,11 @@ struct NodeSetup {
 impl NodeSetup {
     /// The node, with its command and subscriber connections made from this setup.
     fn into_node(self, cmd: ConnectionManager, sub: ConnectionManager) -> Node {
+        let _ = self.watched.set(sub.clone());
         Node {
             cmd,
             sub,
+            _watched: self.watched,
             server: self.server,
             client: self.cmd.0,
             lend_config: self.lend_config,
@@ -126,15 +185,22 @@ impl NodeSetup {
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<Self, RedisError> {
         let server = server_name(&info);
-        let sub_info = resp3(&info);
+        // Both on RESP3, so that closed connections are replaced at once (see `resp3`).
+        let info = resp3(&info);
         let config = manager_config(options);
+        let watched = Arc::new(OnceLock::new());
         let sub_config = config
             .clone()
-            .set_push_sender(push_handler(sink))
+            .set_push_sender(push_handler(
+                sink,
+                Some(Arc::downgrade(&watched)),
+                options.request_bound(),
+            ))
             .set_automatic_resubscription();
         Ok(Self {
-            cmd: (redis::Client::open(info)?, config),
-            sub: (redis::Client::open(sub_info)?, sub_config),
+            cmd: (redis::Client::open(info.clone())?, config),
+            sub: (redis::Client::open(info)?, sub_config),
+            watched,
             server,
             // The caller bounds each request (WAIT included) end to end.
             lend_config: AsyncConnectionConfig::new()
@@ -324,7 +390,8 @@ impl ClusterConn {
             .response_timeout(crate::options::MAX_LEASE)
             .build()?;
         let sub = builder(redis::ProtocolVersion::RESP3)
-            .push_sender(push_handler(sink))
+            // The cluster connection reconnects a node's connection on its own.
+            .push_sender(push_handler(sink, None, options.request_bound()))
             .build()?
             .get_async_connection()
             .await?;

@@ -78,6 +78,20 @@ pub(crate) struct RawStatus {
     pub(crate) waiters: Vec<crate::lock::Waiter>,
 }
 
+/// Whether a request whose connection was lost on the way may be sent once more, on the fresh
+/// connection. A lost reply does not say whether the server ran the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    /// Running it twice does what running it once does: reads, renewals, raising a fencing
+    /// counter, `SCRIPT LOAD`, subscriptions, and requests checked by their attempt id (an
+    /// acquire, sent again with the same id; the undo of one).
+    Safe,
+    /// It could take effect twice (a release by owner only, a forced unlock): the caller gets
+    /// the error. Through Sentinel, one that surely did not run (READONLY, connection refused)
+    /// still goes to the new master.
+    Never,
+}
+
 /// How the backend reaches its server.
 enum Conn {
     /// One master, found directly or through sentinels.
@@ -254,11 +268,13 @@ impl RedisBackend {
     async fn check_eviction_policy(&self) -> Result<Vec<String>, Error> {
         let mut config = redis::cmd("CONFIG");
         config.arg("GET").arg("maxmemory-policy");
-        let reply: Result<Vec<String>, RedisError> = self.query(None, &config).await?;
+        // A map on RESP3 (a flat list on RESP2).
+        let reply: Result<std::collections::HashMap<String, String>, RedisError> =
+            self.query(None, Resend::Safe, &config).await?;
         let Ok(pair) = reply else {
             return Ok(Vec::new());
         };
-        match pair.get(1).map(String::as_str) {
+        match pair.get("maxmemory-policy").map(String::as_str) {
             Some("noeviction") | None => Ok(Vec::new()),
             Some(policy) => {
                 let warning = format!(
@@ -298,14 +314,20 @@ impl RedisBackend {
             })
     }
 
-    /// Runs `request` (a command or a pipeline) on the master's command connection; the outer
-    /// error is the time bound, the inner one the server's. Through Sentinel, a master that
-    /// stopped being one (READONLY, connection lost) is replaced by the one the sentinels name,
-    /// and the request is sent once more: single commands and the watchdog's pipelines alike.
+    /// Runs `request` (a command, a pipeline, a subscription) on the master's connections; the
+    /// outer error is the time bound, the inner one the server's. This is the one place where
+    /// a request meets a lost connection or a master that is no more:
+    /// - The connection was closed (server `timeout`, `CLIENT KILL`, a reset) and the request
+    ///   may run twice ([`Resend::Safe`]): it is sent once more. The connection manager is
+    ///   connecting again already (it does on every lost connection); the request waits for it.
+    /// - Through Sentinel, a master that stopped being one (READONLY, connection lost) is
+    ///   replaced by the one the sentinels name, and the request is sent once more there if it
+    ///   may run twice or surely did not run: single commands and the watchdog's pipelines alike.
     async fn on_master<T, F, Fut>(
         &self,
         master: &Master,
         lock: Option<&LockKeys>,
+        resend: Resend,
         request: F,
     ) -> Result<Result<T, RedisError>, Error>
     where
@@ -314,24 +336,37 @@ impl RedisBackend {
     {
         let node = master.current();
         let first = self.bounded(lock, request(node.clone())).await?;
-        let Master::Sentinel(sentinel) = master else {
+        let Err(e) = &first else {
             return Ok(first);
         };
-        match first {
-            Err(e) if master_gone(&e) => {
+        match master {
+            Master::Sentinel(sentinel) if master_gone(e) => {
+                // Refused (READONLY, or no connection could be made): it did not run.
+                let did_not_run = e.code() == Some("READONLY") || e.is_connection_refusal();
                 if let Err(e) = self.bounded(lock, sentinel.switch(&node)).await? {
                     return Ok(Err(e));
                 }
+                if !did_not_run && resend == Resend::Never {
+                    return Ok(first);
+                }
                 self.bounded(lock, request(sentinel.current())).await
             }
-            other => Ok(other),
+            Master::Plain(_) if connection_lost(e) && resend == Resend::Safe => {
+                tracing::debug!(server = %node.server, error = %e, "connection lost; sending once more");
+                // Idle connections lent for `WAIT` were likely closed alike.
+                node.spare.clear();
+                self.bounded(lock, request(node)).await
+            }
+            _ => Ok(first),
         }
     }
 
-    /// Sends one command (on a cluster, to the node that serves its key).
+    /// Sends one command (on a cluster, to the node that serves its key; the cluster
+    /// connection resends a request whose node connection was lost on its own).
     async fn query<T: redis::FromRedisValue>(
         &self,
         lock: Option<&LockKeys>,
+        resend: Resend,
         cmd: &redis::Cmd,
     ) -> Result<Result<T, RedisError>, Error> {
         match &self.conn {
@@ -340,7 +375,7 @@ impl RedisBackend {
                 self.bounded(lock, cmd.query_async(&mut c)).await
             }
             Conn::Master(master) => {
-                self.on_master(master, lock, |node| async move {
+                self.on_master(master, lock, resend, |node| async move {
                     cmd.query_async(&mut node.cmd.clone()).await
                 })
                 .await
@@ -354,20 +389,32 @@ impl RedisBackend {
         let mut load = redis::cmd("SCRIPT");
         load.arg("LOAD").arg(script.code);
         let _: String = self
-            .query(lock, &load)
+            .query(lock, Resend::Safe, &load)
             .await?
             .map_err(|e| self.error(lock, e))?;
         Ok(())
     }
 
-    /// Runs a script by its SHA; on NOSCRIPT loads it and runs it once more.
+    /// Runs a script that may run twice ([`Resend::Safe`]) by its SHA; on NOSCRIPT loads it
+    /// and runs it once more.
     async fn run<T: redis::FromRedisValue>(
         &self,
         keys: &LockKeys,
         script: &Lua,
         call: &redis::Cmd,
     ) -> Result<T, Error> {
-        self.with_script(keys, script, || self.query(Some(keys), call))
+        self.run_as(Resend::Safe, keys, script, call).await
+    }
+
+    /// [`RedisBackend::run`] for any script: `resend` says whether it may run twice.
+    async fn run_as<T: redis::FromRedisValue>(
+        &self,
+        resend: Resend,
+        keys: &LockKeys,
+        script: &Lua,
+        call: &redis::Cmd,
+    ) -> Result<T, Error> {
+        self.with_script(keys, script, || self.query(Some(keys), resend, call))
             .await
     }
 
@@ -515,7 +562,8 @@ impl RedisBackend {
                 .await
             }
             Conn::Master(master) => {
-                self.on_master(master, Some(keys), |node| async move {
+                // The same attempt id if sent again: an acquire may run twice.
+                self.on_master(master, Some(keys), Resend::Safe, |node| async move {
                     let mut conn = node.lend().await?;
                     let reply = call.query_async(&mut conn).await?;
                     Ok((reply, Lent::Node(node, conn)))
@@ -584,7 +632,13 @@ impl RedisBackend {
                 call.arg(message.unwrap_or("")).arg(mode);
             }
         }
-        let left: i64 = self.run(keys, script, &call).await?;
+        // By owner only, a release that ran twice could give back a second hold; one that
+        // names its hold does nothing the second time (and then answers NotHeld).
+        let resend = match hold {
+            Some(_) => Resend::Safe,
+            None => Resend::Never,
+        };
+        let left: i64 = self.run_as(resend, keys, script, &call).await?;
         Ok(match left {
             0 => Released::Released,
             n if n > 0 => Released::StillHeld { count: n as u64 },
@@ -694,15 +748,16 @@ impl RedisBackend {
                 }
             }
         };
+        // Renewals may run twice: each extends to at least the lease.
         let mut replies = self
-            .on_master(master, None, send)
+            .on_master(master, None, Resend::Safe, send)
             .await?
             .map_err(|e| self.error(None, e))?;
         let noscript = |v: &Value| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT");
         if replies.iter().any(noscript) {
             self.load(None, script).await?;
             replies = self
-                .on_master(master, None, send)
+                .on_master(master, None, Resend::Safe, send)
                 .await?
                 .map_err(|e| self.error(None, e))?;
         }
@@ -803,7 +858,8 @@ impl RedisBackend {
             .arg(&keys.waiting)
             .arg(&keys.channel)
             .arg(self.publish_mode());
-        let fields: Vec<(String, Value)> = self.run(keys, script, &call).await?;
+        // A second run would find no owners to report.
+        let fields: Vec<(String, Value)> = self.run_as(Resend::Never, keys, script, &call).await?;
         Ok(fields
             .into_iter()
             .filter(|(field, _)| !field.starts_with('='))
@@ -823,8 +879,10 @@ impl RedisBackend {
                 if let Master::Sentinel(sentinel) = master {
                     sentinel.track(channel, true);
                 }
-                let mut sub = master.current().sub.clone();
-                self.bounded(None, sub.subscribe(channel)).await?
+                self.on_master(master, None, Resend::Safe, |node| async move {
+                    node.sub.clone().subscribe(channel).await
+                })
+                .await?
             }
         };
         result.map_err(|e| self.error(None, e))
@@ -841,8 +899,10 @@ impl RedisBackend {
                 if let Master::Sentinel(sentinel) = master {
                     sentinel.track(channel, false);
                 }
-                let mut sub = master.current().sub.clone();
-                self.bounded(None, sub.unsubscribe(channel)).await?
+                self.on_master(master, None, Resend::Safe, |node| async move {
+                    node.sub.clone().unsubscribe(channel).await
+                })
+                .await?
             }
         };
         result.map_err(|e| self.error(None, e))
@@ -937,6 +997,13 @@ fn password_settings(
 fn with_password(info: redis::ConnectionInfo, options: &ClientOptions) -> redis::ConnectionInfo {
     let settings = password_settings(info.redis_settings().clone(), options);
     info.set_redis_settings(settings)
+}
+
+/// The connection the request went on was closed, by the server or the network. Not a refused
+/// connection (the server is down: sending again would not help) nor a timeout (after which
+/// the connection stays).
+fn connection_lost(e: &RedisError) -> bool {
+    e.is_connection_dropped() && !e.is_connection_refusal()
 }
 
 /// Through Sentinel: this error means the node is no longer (reachable as) the master.
