@@ -1,23 +1,14 @@
 //! The client: one connection (plus one subscriber connection) to the lock service, shared by
 //! every lock handle made from it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
-use crate::abandoned::Abandoned;
-
-use crate::backend::redis::RedisBackend;
-use crate::backend::redlock::RedLock;
-use crate::backend::{Backend, ReleaseSink};
-use crate::error::{Error, Result};
-use crate::lease::LeaseState;
-use crate::lock::{Lock, LockStatus};
+use crate::error::Result;
+use crate::lock::Lock;
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
-use crate::waiters::WaitRegistry;
-use crate::watchdog::{Request, Watchdog};
+use crate::shared::Shared;
+use crate::status::LockStatus;
 
 /// A connection to the lock service. Cheap to clone; clones share connections, the watchdog
 /// task and the client id.
@@ -25,57 +16,13 @@ use crate::watchdog::{Request, Watchdog};
 /// Dropping the last clone (and every guard made from it) stops the background task.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<ClientInner>,
-}
-
-pub(crate) struct ClientInner {
-    pub(crate) backend: Backend,
-    pub(crate) options: ClientOptions,
-    /// Random 128-bit id, hex: the first half of every owner id this client makes.
-    pub(crate) id: String,
-    next_handle: AtomicU64,
-    pub(crate) watchdog: Arc<Watchdog>,
-    pub(crate) waiters: Arc<WaitRegistry>,
-    /// Attempts and holds given up whose give-back has not been confirmed yet.
-    pub(crate) abandoned: Abandoned,
-    warnings: Vec<String>,
-    shutdown: CancellationToken,
-}
-
-impl Drop for ClientInner {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
-impl ClientInner {
-    /// Gives back the hold (or queue place) taken by attempt `hold`, in the background: for
-    /// code that cannot await (a guard's `Drop`, a dropped acquire). Until it is confirmed,
-    /// the owner's next attempt on the lock carries the id and gives it back first, so a
-    /// retry never re-enters what the caller let go of. `lease`: the guard's lease, whose
-    /// heals the release must follow.
-    pub(crate) fn give_back_later(
-        self: &Arc<Self>,
-        keys: &Arc<LockKeys>,
-        owner: &Arc<str>,
-        hold: u64,
-        lease: Option<Arc<LeaseState>>,
-    ) {
-        self.abandoned.add(keys, owner, hold);
-        self.watchdog.send(Request::Release {
-            client: self.clone(),
-            keys: keys.clone(),
-            owner: owner.clone(),
-            hold,
-            lease,
-        });
-    }
+    inner: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("servers", &self.inner.backend.server())
+            .field("servers", &self.inner.service.server())
             .field("id", &self.inner.id)
             .finish()
     }
@@ -117,30 +64,7 @@ impl Client {
             }
             .into());
         }
-        let waiters = Arc::new(WaitRegistry::default());
-        let sink: Weak<dyn ReleaseSink> = Arc::downgrade(&waiters) as Weak<dyn ReleaseSink>;
-        let (watchdog, runner) = Watchdog::new(options.clone());
-        let watchdog = Arc::new(watchdog);
-        let (backend, warnings) = if let [url] = urls {
-            let (b, w) = RedisBackend::connect(url, &options, sink).await?;
-            (Backend::One(b), w)
-        } else {
-            let (r, w) = RedLock::connect(urls, &options, sink, watchdog.finisher()).await?;
-            (Backend::RedLock(r), w)
-        };
-        let inner = Arc::new(ClientInner {
-            backend,
-            options,
-            id: format!("{:032x}", rand::random::<u128>()),
-            next_handle: AtomicU64::new(1),
-            watchdog: watchdog.clone(),
-            waiters,
-            abandoned: Abandoned::default(),
-            warnings,
-            shutdown: CancellationToken::new(),
-        });
-        tokio::spawn(runner.run(watchdog, Arc::downgrade(&inner), inner.shutdown.clone()));
-        tracing::debug!(server = %inner.backend.server(), id = %inner.id, "fencelock client connected");
+        let inner = Shared::connect(urls, options).await?;
         Ok(Self { inner })
     }
 
@@ -151,9 +75,7 @@ impl Client {
     /// An invalid name (empty, longer than [`crate::MAX_NAME_LEN`] bytes, containing `{` or
     /// `}`) is reported by the handle's first operation, before any I/O.
     pub fn lock(&self, name: &str) -> Lock {
-        let handle = self.inner.next_handle.fetch_add(1, Ordering::Relaxed);
-        let owner = format!("{}:{handle}", self.inner.id);
-        Lock::new(self.inner.clone(), name, owner)
+        Lock::new(self.inner.clone(), name, self.inner.next_owner())
     }
 
     /// The random id of this client (hex), the prefix of the owner ids it makes.
@@ -163,7 +85,7 @@ impl Client {
 
     /// `host:port` of the server (comma-separated for RedLock).
     pub fn server(&self) -> String {
-        self.inner.backend.server()
+        self.inner.service.server()
     }
 
     /// Problems found on connect that do not stop the client from working, e.g. a
@@ -175,7 +97,7 @@ impl Client {
     /// What the server knows about the lock `name`.
     pub async fn status(&self, name: &str) -> Result<LockStatus> {
         let keys = Arc::new(LockKeys::new(name)?);
-        let raw = self.inner.backend.status(&keys).await?;
+        let raw = self.inner.service.status(&keys).await?;
         Ok(LockStatus::from_raw(name, raw))
     }
 
@@ -184,7 +106,7 @@ impl Client {
     /// owners and hold counts that were removed (empty when the lock was free).
     pub async fn force_unlock(&self, name: &str) -> Result<Vec<(String, u64)>> {
         let keys = Arc::new(LockKeys::new(name)?);
-        let removed = self.inner.backend.force_unlock(&keys).await?;
+        let removed = self.inner.service.force_unlock(&keys).await?;
         tracing::info!(lock = name, ?removed, "lock force-unlocked");
         Ok(removed)
     }
@@ -196,28 +118,11 @@ impl Client {
     /// last release should call this, or the lock may stay on a slow server until its lease
     /// ends. Waits at most the client's request bound (connect + response timeout).
     ///
-    /// Fails with [`Error::Unfinished`] when some of that work was still under way at the
+    /// Fails with [`crate::Error::Unfinished`] when some of that work was still under way at the
     /// bound, or failed: a server that did not answer may then keep a grant until its lease
     /// ends. (A hold whose give-back failed is also given back by the owner's next attempt on
     /// that lock.)
     pub async fn close(self) -> Result<()> {
-        let watchdog = &self.inner.watchdog;
-        let tracker = watchdog.tracker.clone();
-        tracker.close();
-        let bound = self.inner.options.request_bound();
-        let timed_out = tokio::time::timeout(bound, tracker.wait()).await.is_err();
-        let pending = if timed_out { tracker.len() } else { 0 };
-        // Holds and attempts given up whose give-back failed (and that no later attempt gave
-        // back), and RedLock releases that failed on a server after the majority answered.
-        let failed = self.inner.abandoned.len() + watchdog.take_failures();
-        if pending + failed > 0 {
-            tracing::warn!(pending, failed, "background work unfinished at close");
-            return Err(Error::Unfinished {
-                pending,
-                failed,
-                waited: bound,
-            });
-        }
-        Ok(())
+        self.inner.settle().await
     }
 }

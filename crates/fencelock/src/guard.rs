@@ -6,12 +6,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::backend::redis::ReplicaAcks;
-use crate::backend::{Released, Renewal};
-use crate::client::ClientInner;
-use crate::error::{Error, Result};
+use crate::backend::Released;
+use crate::error::Result;
 use crate::lease::LeaseState;
 use crate::options::validate_lease;
+use crate::shared::Shared;
 
 /// A held lock.
 ///
@@ -20,7 +19,7 @@ use crate::options::validate_lease;
 /// simply expires (at most one lease later). Either way the watchdog stops renewing it.
 #[must_use = "dropping a guard releases the lock in the background at once; hold it while you work"]
 pub struct Guard {
-    client: Arc<ClientInner>,
+    client: Arc<Shared>,
     state: Arc<LeaseState>,
     count: u64,
     done: bool,
@@ -39,7 +38,7 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
-    pub(crate) fn new(client: Arc<ClientInner>, state: Arc<LeaseState>, count: u64) -> Self {
+    pub(crate) fn new(client: Arc<Shared>, state: Arc<LeaseState>, count: u64) -> Self {
         Self {
             client,
             state,
@@ -117,62 +116,16 @@ impl Guard {
     }
 
     /// Extends the lease to at least `lease` from now (it never shortens it). Fails with
-    /// [`Error::LockLost`] if the lock is no longer held.
+    /// [`crate::Error::LockLost`] if the lock is no longer held.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         validate_lease(lease)?;
         if !self.state.is_held() {
-            return Err(self.lost_error());
+            return Err(self.state.lost_error());
         }
         let sent = Instant::now();
-        let renewal = self
-            .client
-            .backend
-            .extend(&self.state, lease.as_millis() as u64)
-            .await?;
-        self.extended(renewal, sent, lease)
-    }
-
-    /// Applies what an extension found.
-    fn extended(&self, renewal: Renewal, sent: Instant, lease: Duration) -> Result<()> {
-        match renewal {
-            Renewal::Renewed => {
-                let watchdog = &self.client.watchdog;
-                {
-                    let mut times = self.state.times();
-                    if self.state.token().is_cancelled() {
-                        drop(times);
-                        return Err(self.lost_error());
-                    }
-                    times.deadline = times.deadline.max(watchdog.deadline(sent, lease));
-                }
-                watchdog.track(&self.state);
-                Ok(())
-            }
-            Renewal::NotHeld => {
-                self.state.fire_lost(crate::lease::Lost::Extension);
-                Err(self.lost_error())
-            }
-        }
-    }
-
-    /// After a handover, waits until `acks.replicas` replicas have the lock (`WAIT`), as an
-    /// acquire with `min_replica_acks` does; extends the lease to the whole lease meanwhile.
-    pub(crate) async fn replicate(&self, acks: ReplicaAcks) -> Result<()> {
-        let lease = self.state.hold.lease;
-        let sent = Instant::now();
-        let renewal = self
-            .client
-            .backend
-            .extend_replicated(&self.state, lease.as_millis() as u64, acks)
-            .await?;
-        self.extended(renewal, sent, lease)
-    }
-
-    fn lost_error(&self) -> Error {
-        Error::LockLost {
-            lock: self.state.hold.keys.name.clone(),
-            reason: self.state.reason().unwrap_or("lease expired"),
-        }
+        let renewal = self.client.service.extend(&self.state, lease).await?;
+        let watchdog = &self.client.ctx.watchdog;
+        watchdog.extended(&self.state, renewal, sent, lease)
     }
 
     /// Gives back this guard's hold. Reports whether the lock is now free, still held by this
@@ -185,18 +138,9 @@ impl Guard {
     pub async fn release(mut self) -> Result<Released> {
         self.done = true;
         self.state.finish();
-        let hold = &self.state.hold;
-        let result = {
-            let _serial = self.state.serial.lock().await;
-            let backend = &self.client.backend;
-            backend
-                .release(&hold.keys, &hold.owner, Some(hold.id))
-                .await
-        };
-        if let Err(Error::Unavailable { .. } | Error::Quorum { .. }) = &result {
-            self.client.abandoned.add(&hold.keys, &hold.owner, hold.id);
-        }
-        tracing::debug!(lock = %hold.keys.name, ?result, "release");
+        let client = &self.client;
+        let result = client.service.release(&client.ctx, &self.state).await;
+        tracing::debug!(lock = %self.state.hold.keys.name, ?result, "release");
         result
     }
 }
@@ -207,9 +151,7 @@ impl Drop for Guard {
             return;
         }
         self.state.finish();
-        let hold = &self.state.hold;
-        let state = Some(self.state.clone());
-        self.client
-            .give_back_later(&hold.keys, &hold.owner, hold.id, state);
+        let client = &self.client;
+        client.service.release_later(&client.ctx, &self.state);
     }
 }

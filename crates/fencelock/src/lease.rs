@@ -22,6 +22,15 @@ pub(crate) struct LeaseTimes {
     pub(crate) in_flight: bool,
 }
 
+/// What a renewal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The hold is still there; the lease now has at least the asked-for time left.
+    Renewed,
+    /// The hold is gone.
+    NotHeld,
+}
+
 /// Why a guard's lease counts as lost.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Lost {
@@ -134,6 +143,14 @@ impl LeaseState {
 
     pub(crate) fn reason(&self) -> Option<&'static str> {
         self.reason.get().copied()
+    }
+
+    /// The error for an operation on a lease that is lost.
+    pub(crate) fn lost_error(&self) -> crate::error::Error {
+        crate::error::Error::LockLost {
+            lock: self.hold.keys.name.clone(),
+            reason: self.reason().unwrap_or("lease expired"),
+        }
     }
 
     /// Held as far as this process can tell, without a round trip.

@@ -12,13 +12,10 @@
 //!   before any I/O.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
-// The acquire path nests many async bodies (RedLock fan-out over the one-server operations);
-// computing their layout needs more than the default query depth.
-#![recursion_limit = "256"]
 
 mod abandoned;
-mod acquire;
 mod backend;
+mod background;
 mod client;
 mod error;
 mod guard;
@@ -26,8 +23,9 @@ mod lease;
 mod lock;
 mod name;
 mod options;
+mod shared;
+mod status;
 mod telemetry;
-mod waiters;
 mod watchdog;
 
 pub use backend::redis::redact_url;
@@ -35,9 +33,10 @@ pub use backend::Released;
 pub use client::Client;
 pub use error::{Error, InputError, Result, ServerOutcome};
 pub use guard::Guard;
-pub use lock::{Contended, Lock, LockStatus, Waiter};
+pub use lock::{Contended, Lock};
 pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};
 pub use options::{ClientOptions, LockOptions, MAX_LEASE, MIN_LEASE};
+pub use status::{LockStatus, Waiter};
 
 /// The repository README's Rust examples compile.
 #[cfg(doctest)]

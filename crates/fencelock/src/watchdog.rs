@@ -2,15 +2,14 @@
 //!
 //! It renews every lease the client holds (a timer queue, with renewals that fall due together
 //! sent in one pipelined round trip), fires the lost-lock signal when a lease's deadline passes
-//! without a successful renewal, and runs the requests that synchronous code (a guard's `Drop`,
-//! a cancelled acquire) could not await. It holds only a `Weak` reference to the client and ends
-//! when the client is gone.
+//! without a successful renewal, and runs the work that synchronous code (a guard's `Drop`, a
+//! cancelled acquire) hands to it (`background`). It holds the lock service that renews only
+//! through a `Weak` reference (`Renewer`) and ends when the client is gone.
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -18,13 +17,10 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::backend::Renewal;
-use crate::client::ClientInner;
+use crate::background::{Job, Work};
 use crate::error::Error;
-use crate::lease::{LeaseState, LeaseTimes, Lost};
-use crate::name::LockKeys;
+use crate::lease::{LeaseState, LeaseTimes, Lost, Renewal};
 use crate::options::ClientOptions;
 use crate::telemetry;
 
@@ -32,32 +28,21 @@ use crate::telemetry;
 const BATCH_QUANTUM: Duration = Duration::from_millis(10);
 /// The most renewals in one pipeline.
 const MAX_BATCH: usize = 1000;
-/// How long a release channel stays subscribed after its last local waiter left.
-const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
 /// Below this many queue entries, stale ones are not worth compacting.
 const COMPACT_MIN: usize = 1024;
 
-/// Work for the background task that its senders could not await themselves.
-pub(crate) enum Request {
-    /// Give back one hold, named by the attempt that took it: a guard dropped without
-    /// `release`, an acquire whose reply was lost, a queue place given up.
-    Release {
-        client: Arc<ClientInner>,
-        keys: Arc<LockKeys>,
-        owner: Arc<str>,
-        hold: u64,
-        /// The guard's lease, whose heals the release must come after (RedLock).
-        lease: Option<Arc<LeaseState>>,
-    },
-    /// Requests of a decided RedLock operation that are still in flight: they must run to the
-    /// end (a NOSCRIPT retry, an undo queued behind a late acquire), not be dropped.
-    Finish(Pin<Box<dyn Future<Output = ()> + Send>>),
-    /// The last local waiter on a channel left: unsubscribe unless a new one came.
-    Unsubscribe {
-        client: Arc<ClientInner>,
-        channel: String,
-    },
+/// Renews leases for the watchdog: the client's lock service, held weakly so that the
+/// background task never keeps a client alive.
+pub(crate) trait Renewer: Send + Sync + 'static {
+    /// Renews these leases; per-lease outcomes in order, or an error for the whole round.
+    fn renew(&self, leases: Vec<Arc<LeaseState>>) -> BoxFuture<'_, Renewals>;
 }
+
+/// The outcome of a renewal round: per lease, or for the whole round.
+pub(crate) type Renewals = Result<Vec<Result<Renewal, Error>>, Error>;
+
+/// A boxed future, as the renewer returns it.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 struct Entry {
     at: Instant,
@@ -95,40 +80,12 @@ struct Queue {
 pub(crate) struct Watchdog {
     queue: Mutex<Queue>,
     wake: Notify,
-    requests: mpsc::UnboundedSender<Request>,
-    /// Background work that should be done before the program exits (releases, undos,
-    /// finishing RedLock requests): what `Client::close` waits for.
-    pub(crate) tracker: TaskTracker,
-    /// RedLock give-backs that failed on a server after a majority had answered (that server
-    /// may keep a grant until its lease ends): what `Client::close` reports.
-    failures: Arc<AtomicUsize>,
     options: ClientOptions,
-}
-
-/// Hands futures to the background task to be driven to completion.
-#[derive(Clone)]
-pub(crate) struct Finisher(
-    mpsc::UnboundedSender<Request>,
-    TaskTracker,
-    Arc<AtomicUsize>,
-);
-
-impl Finisher {
-    /// Counts a background give-back that failed, for `Client::close` to report.
-    pub(crate) fn failed(&self) {
-        self.2.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn finish(&self, work: impl Future<Output = ()> + Send + 'static) {
-        let _ = self
-            .0
-            .send(Request::Finish(Box::pin(self.1.track_future(work))));
-    }
 }
 
 /// The receiving half, moved into the task when it is spawned.
 pub(crate) struct Runner {
-    requests: mpsc::UnboundedReceiver<Request>,
+    work: mpsc::UnboundedReceiver<Job>,
 }
 
 type Pending = Pin<Box<dyn Future<Output = Option<RenewalRound>> + Send>>;
@@ -137,22 +94,22 @@ type Pending = Pin<Box<dyn Future<Output = Option<RenewalRound>> + Send>>;
 struct RenewalRound {
     sent: Instant,
     leases: Vec<Arc<LeaseState>>,
-    results: Result<Vec<Result<Renewal, Error>>, Error>,
+    results: Renewals,
 }
 
 impl Watchdog {
-    pub(crate) fn new(options: ClientOptions) -> (Self, Runner) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// The watchdog, and the runner of the task that drives it and `background`'s work.
+    pub(crate) fn new(
+        options: ClientOptions,
+        work: mpsc::UnboundedReceiver<Job>,
+    ) -> (Self, Runner) {
         (
             Self {
                 queue: Mutex::new(Queue::default()),
                 wake: Notify::new(),
-                requests: tx,
-                tracker: TaskTracker::new(),
-                failures: Arc::new(AtomicUsize::new(0)),
                 options,
             },
-            Runner { requests: rx },
+            Runner { work },
         )
     }
 
@@ -160,29 +117,29 @@ impl Watchdog {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Hands work to the background task. Fails quietly when the task is gone (the runtime
-    /// shut down): then the lease simply expires, as documented for dropped guards.
-    pub(crate) fn send(&self, request: Request) {
-        let request = match request {
-            // Lingers on purpose; nothing is lost if it never runs.
-            Request::Unsubscribe { .. } => request,
-            work => Request::Finish(Box::pin(self.tracker.track_future(run_request(work)))),
-        };
-        let _ = self.requests.send(request);
-    }
-
-    /// A handle for backends to hand in-flight work to the background task.
-    pub(crate) fn finisher(&self) -> Finisher {
-        Finisher(
-            self.requests.clone(),
-            self.tracker.clone(),
-            self.failures.clone(),
-        )
-    }
-
-    /// How many RedLock give-backs failed on a straggler since the last call.
-    pub(crate) fn take_failures(&self) -> usize {
-        self.failures.swap(0, Ordering::Relaxed)
+    /// Applies what an extension of `lease` (sent at `sent`, asking for `term`) found: a
+    /// later deadline, or the lost-lock signal; an error when the lock is lost.
+    pub(crate) fn extended(
+        &self,
+        lease: &Arc<LeaseState>,
+        renewal: Renewal,
+        sent: Instant,
+        term: Duration,
+    ) -> Result<(), Error> {
+        if renewal == Renewal::NotHeld {
+            lease.fire_lost(Lost::Extension);
+            return Err(lease.lost_error());
+        }
+        {
+            let mut times = lease.times();
+            if lease.token().is_cancelled() {
+                drop(times);
+                return Err(lease.lost_error());
+            }
+            times.deadline = times.deadline.max(self.deadline(sent, term));
+        }
+        self.track(lease);
+        Ok(())
     }
 
     /// The usable part of a lease that began (was requested) at `sent`.
@@ -333,17 +290,19 @@ impl Watchdog {
 }
 
 impl Runner {
-    /// The task's body. It holds the watchdog strongly and the client only weakly, so that it
-    /// never keeps a client alive; it ends when the client's shutdown token fires.
+    /// The task's body. It holds the watchdog strongly and the renewer (the client's lock
+    /// service) only weakly, so that it never keeps a client alive; it ends when the client's
+    /// shutdown token fires.
     pub(crate) async fn run(
         mut self,
         watchdog: Arc<Watchdog>,
-        client: Weak<ClientInner>,
+        renewer: Weak<dyn Renewer>,
         shutdown: CancellationToken,
     ) {
         let mut renewals: FuturesUnordered<Pending> = FuturesUnordered::new();
-        let mut chores: FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send>>> =
-            FuturesUnordered::new();
+        // Work that must finish (releases, undos), and work that may be dropped at the end.
+        let mut chores: FuturesUnordered<Work> = FuturesUnordered::new();
+        let mut lingering: FuturesUnordered<Work> = FuturesUnordered::new();
         loop {
             let next = watchdog.next_event();
             let sleep = async {
@@ -362,66 +321,38 @@ impl Runner {
                     }
                 }
                 Some(()) = chores.next(), if !chores.is_empty() => {}
-                request = self.requests.recv() => match request {
-                    Some(request) => chores.push(Box::pin(run_request(request))),
+                Some(()) = lingering.next(), if !lingering.is_empty() => {}
+                job = self.work.recv() => match job {
+                    Some(Job { work, keep: true }) => chores.push(work),
+                    Some(Job { work, keep: false }) => lingering.push(work),
                     None => break,
                 },
             }
             let due = watchdog.due(Instant::now());
             if !due.is_empty() {
-                renewals.push(Box::pin(renew(client.clone(), due)));
+                renewals.push(Box::pin(renew(renewer.clone(), due)));
             }
         }
+        // The client is gone; releases and undos it left still run to their end (each is
+        // bounded in time), so that its last guards do not stay on the server for a lease.
+        self.work.close();
+        while let Ok(job) = self.work.try_recv() {
+            if job.keep {
+                chores.push(job.work);
+            }
+        }
+        while chores.next().await.is_some() {}
         tracing::debug!("fencelock watchdog stopped");
     }
 }
 
-async fn renew(client: Weak<ClientInner>, leases: Vec<Arc<LeaseState>>) -> Option<RenewalRound> {
-    let inner = client.upgrade()?;
+async fn renew(renewer: Weak<dyn Renewer>, leases: Vec<Arc<LeaseState>>) -> Option<RenewalRound> {
+    let renewer = renewer.upgrade()?;
     let sent = Instant::now();
-    let results = inner.backend.renew_batch(leases.clone()).await;
+    let results = renewer.renew(leases.clone()).await;
     Some(RenewalRound {
         sent,
         leases,
         results,
     })
-}
-
-async fn run_request(request: Request) {
-    match request {
-        Request::Release {
-            client,
-            keys,
-            owner,
-            hold,
-            lease,
-        } => {
-            let outcome = {
-                let _serial = match &lease {
-                    Some(lease) => Some(lease.serial.lock().await),
-                    None => None,
-                };
-                client.backend.release(&keys, &owner, Some(hold)).await
-            };
-            match outcome {
-                Ok(released) => {
-                    client.abandoned.settle(&keys, &owner, &[hold]);
-                    tracing::debug!(lock = %keys.name, ?released, hold, "background release")
-                }
-                Err(e) => {
-                    tracing::warn!(lock = %keys.name, error = %e, "background release failed; the lease will expire")
-                }
-            }
-        }
-        Request::Finish(work) => work.await,
-        Request::Unsubscribe { client, channel } => {
-            // Linger: a lock that is contended now is likely contended again in a moment, and
-            // re-subscribing would cost two commands per episode.
-            tokio::time::sleep(SUBSCRIPTION_LINGER).await;
-            client
-                .waiters
-                .unsubscribe_if_idle(&client.backend, &channel)
-                .await;
-        }
-    }
 }

@@ -1,76 +1,71 @@
-//! The engines behind the backend-neutral lock API.
+//! The lock-service seam: what the public API asks of a coordination service.
 //!
-//! Everything above this module (handles, guards, the watchdog, the wait queues) speaks in the
-//! terms defined here: an acquire attempt either acquires (with a fencing token and hold count)
-//! or reports the holder's remaining lease; a release reports what it left; a renewal reports
-//! whether the owner still holds the lock. A backend also delivers release notifications to a
-//! [`ReleaseSink`].
+//! A service acquires (a hold, with a fencing token and a lease whose loss it signals, or
+//! "busy"), waits for a turn, releases a hold, extends it, renews the holds the watchdog hands
+//! it, reports a lock's status and force-unlocks it. Each service lives in a folder below this
+//! one with its own keys, scripts, sessions or leases; nothing above this module sees them.
+//! Services get the client's background machinery (`Ctx`) from above and never import the
+//! API: modules import downward only.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Error;
-use crate::lease::LeaseState;
+use tokio::time::Instant;
+
+use crate::abandoned::Abandoned;
+use crate::background::Background;
+use crate::error::{Error, InputError};
+use crate::lease::{LeaseState, Renewal};
 use crate::name::LockKeys;
+use crate::options::{ClientOptions, LockOptions};
+use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 
 pub(crate) mod redis;
-pub(crate) mod redlock;
 
-use self::redis::{RawStatus, RedisBackend, ReplicaAcks};
-use self::redlock::RedLock;
+pub(crate) use self::redis::server::RawStatus;
 
-/// The outcome of one acquire attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AcquireReply {
-    /// The owner holds the lock now.
-    Acquired {
-        /// The fencing token of the current holding (the same for re-entries).
-        token: u64,
-        /// The owner's hold count after this attempt.
-        count: u64,
-    },
-    /// Not acquired: another owner holds it (`remaining`: its lease, `None` when it has no
-    /// expiry, or how long to back off). `undo`: the attempt may have left holds behind
-    /// (RedLock servers that granted a minority) that must be removed. `queued`: the attempt
-    /// took a place in the server's wait queue; the release script will hand the lock to it.
-    Held {
+/// What the client lends every service: its timers, its background task, the attempts it
+/// gave up, and its options.
+pub(crate) struct Ctx {
+    pub(crate) watchdog: Arc<Watchdog>,
+    pub(crate) background: Background,
+    pub(crate) abandoned: Arc<Abandoned>,
+    pub(crate) options: ClientOptions,
+}
+
+/// What an acquire asks for.
+pub(crate) struct LockRequest<'a> {
+    pub(crate) keys: &'a Arc<LockKeys>,
+    pub(crate) owner: &'a Arc<str>,
+    pub(crate) lease: Duration,
+    /// The watchdog renews the lease (no explicit lease was given).
+    pub(crate) renew: bool,
+    pub(crate) options: &'a LockOptions,
+}
+
+/// How long an acquire may wait for the lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    /// One attempt (`try_acquire`).
+    No,
+    /// Until the lock is acquired, or until the instant (the timeout it came from).
+    Until(Option<(Instant, Duration)>),
+}
+
+/// A hold the service granted: its lease (token, deadline, lost-lock signal) and the owner's
+/// hold count right after it.
+pub(crate) struct Held {
+    pub(crate) lease: Arc<LeaseState>,
+    pub(crate) count: u64,
+}
+
+/// What an acquire found.
+pub(crate) enum Acquired {
+    Held(Held),
+    /// Held by another owner (only without waiting): its remaining lease, if known.
+    Busy {
         remaining: Option<Duration>,
-        undo: bool,
-        queued: bool,
     },
-}
-
-/// A waiter's part in an acquire attempt, where the server keeps a wait queue (one server,
-/// Sentinel, Cluster; not RedLock, whose servers would each hand over on their own).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Queueing {
-    /// Take (or renew) a place in the queue if the lock is held, valid for this long from
-    /// the request: the caller is subscribed to the lock's channel and will hear of the
-    /// handover, which gives it what is left of the window.
-    pub(crate) join: Option<Duration>,
-    /// The attempt id of the caller's place so far: a handover to it that the caller did not
-    /// hear of (lost message) is claimed by this attempt.
-    pub(crate) claim: Option<u64>,
-}
-
-/// One acquire attempt: who asks, for how long, and what it gives back first.
-#[derive(Debug, Clone)]
-pub(crate) struct Attempt {
-    pub(crate) keys: Arc<LockKeys>,
-    pub(crate) owner: Arc<str>,
-    pub(crate) lease_ms: u64,
-    /// The attempt's id, which names the hold it takes: releases, renewals and undos of that
-    /// hold name it, and a request sent twice with it takes one hold.
-    pub(crate) id: u64,
-    /// An acquisition completed after this instant has no validity left and counts as
-    /// failed (RedLock).
-    pub(crate) valid_until: tokio::time::Instant,
-    pub(crate) acks: Option<ReplicaAcks>,
-    pub(crate) queueing: Queueing,
-    /// Earlier attempts of this owner on this lock that were given up (a lost reply, a dropped
-    /// future) and not yet undone: their holds and places are given back first, so that none
-    /// counts as a re-entry of this attempt.
-    pub(crate) abandoned: Vec<u64>,
 }
 
 /// What a release did.
@@ -84,145 +79,113 @@ pub enum Released {
         /// Holds left.
         count: u64,
     },
-    /// The owner did not hold the lock (any more): it had expired, been force-unlocked, or was
-    /// already released. Nothing was changed.
+    /// The hold (or owner) did not hold the lock (any more): it had expired, been
+    /// force-unlocked, or was already released. Nothing was changed.
     NotHeld,
 }
 
-/// One hold to renew: its lease state names the lock, the owner, the hold and the lease.
-pub(crate) type RenewItem = Arc<LeaseState>;
-
-/// What a renewal found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewal {
-    /// The owner still holds the lock; the lease now has at least this much left.
-    Renewed,
-    /// The owner no longer holds the lock.
-    NotHeld,
+/// The coordination service behind a client.
+pub(crate) enum Service {
+    /// Redis: one server, Sentinel, Cluster, or RedLock over several servers.
+    Redis(redis::RedisFamily),
 }
 
-/// Receives release notifications from a backend's subscriber connection.
-pub(crate) trait ReleaseSink: Send + Sync + 'static {
-    /// A lock whose release channel is `channel` was released; `message` identifies the
-    /// release (RedLock publishes the same message from every server).
-    fn released(&self, channel: &str, message: &[u8]);
-    /// The subscriber connection dropped: notifications may have been missed.
-    fn disconnected(&self);
-}
-
-/// The engine behind a client: one server (plain, Sentinel-managed or a Cluster), or RedLock
-/// over independent servers. The methods are the whole vocabulary the lock API uses.
-pub(crate) enum Backend {
-    One(RedisBackend),
-    RedLock(RedLock),
-}
-
-impl Backend {
-    /// Where the lock service is, for errors and logs.
+impl Service {
+    /// Where the service is, for errors and logs.
     pub(crate) fn server(&self) -> String {
         match self {
-            Backend::One(b) => b.server().to_owned(),
-            Backend::RedLock(r) => r.servers(),
+            Service::Redis(r) => r.server(),
         }
     }
 
-    /// One acquire attempt.
-    pub(crate) async fn acquire(&self, attempt: &Attempt) -> Result<AcquireReply, Error> {
+    /// Options that only some services understand are checked here, before any I/O.
+    pub(crate) fn check(&self, options: &LockOptions, lease: Duration) -> Result<(), InputError> {
         match self {
-            Backend::One(b) => b.acquire(attempt, None).await,
-            Backend::RedLock(r) => r.acquire(attempt).await,
+            Service::Redis(r) => r.check(options, lease),
         }
     }
 
-    /// Whether the server keeps a wait queue and hands the lock over on release.
-    pub(crate) fn queues(&self) -> bool {
-        matches!(self, Backend::One(_))
-    }
-
-    /// Gives back the hold `hold` (the attempt id that took it; it also gives up the place
-    /// that attempt took in the queue), or, with `None`, the owner's newest hold. A hold that
-    /// is gone is left alone: [`Released::NotHeld`].
-    pub(crate) async fn release(
-        &self,
-        keys: &Arc<LockKeys>,
-        owner: &Arc<str>,
-        hold: Option<u64>,
-    ) -> Result<Released, Error> {
+    /// Acquires, waiting as `wait` says.
+    ///
+    /// Boxed, as every operation of the seam is: the seam erases each service's future type. Its nesting (a
+    /// RedLock fan-out over one-server requests) would otherwise reach every caller's future,
+    /// and the compiler's default limits would refuse `tokio::spawn(lock.acquire())` in the
+    /// user's crate.
+    pub(crate) fn acquire<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        request: &'a LockRequest<'a>,
+        wait: Wait,
+    ) -> BoxFuture<'a, Result<Acquired, Error>> {
         match self {
-            Backend::One(b) => b.release(keys, owner, hold, None).await,
-            Backend::RedLock(r) => r.release(keys, owner, hold).await,
+            Service::Redis(r) => Box::pin(r.acquire(ctx, request, wait)),
         }
     }
 
-    /// Extends a hold's lease to at least `lease_ms` while the hold is live.
-    pub(crate) async fn extend(
-        &self,
-        hold: &Arc<LeaseState>,
-        lease_ms: u64,
-    ) -> Result<Renewal, Error> {
+    /// Gives back a guard's hold; a hold that is gone is left alone.
+    pub(crate) fn release<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        hold: &'a Arc<LeaseState>,
+    ) -> BoxFuture<'a, Result<Released, Error>> {
         match self {
-            Backend::One(b) => b.extend(hold, lease_ms).await,
-            Backend::RedLock(r) => {
-                let mut results = r.renew_batch(vec![hold.clone()], Some(lease_ms)).await?;
-                results.pop().unwrap_or(Ok(Renewal::NotHeld))
-            }
+            Service::Redis(r) => Box::pin(r.release(ctx, hold)),
         }
     }
 
-    /// Extends a hold's lease and waits until `acks.replicas` replicas have the lock: after
-    /// a handover, which the releasing holder wrote without `WAIT`. (RedLock never hands over;
-    /// there it is a plain extension.)
-    pub(crate) async fn extend_replicated(
-        &self,
-        hold: &Arc<LeaseState>,
-        lease_ms: u64,
-        acks: ReplicaAcks,
-    ) -> Result<Renewal, Error> {
+    /// Gives back a guard's hold in the background (a guard dropped without `release`).
+    pub(crate) fn release_later(&self, ctx: &Ctx, hold: &Arc<LeaseState>) {
         match self {
-            Backend::One(b) => b.extend_replicated(hold, lease_ms, acks).await,
-            Backend::RedLock(_) => self.extend(hold, lease_ms).await,
+            Service::Redis(r) => r.release_later(ctx, hold),
         }
     }
 
-    /// Renews many leases; per-lease outcomes in order.
-    pub(crate) async fn renew_batch(
-        &self,
-        items: Vec<RenewItem>,
-    ) -> Result<Vec<Result<Renewal, Error>>, Error> {
+    /// Gives back the owner's newest hold, without a guard.
+    pub(crate) fn release_owner<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        owner: &'a Arc<str>,
+    ) -> BoxFuture<'a, Result<Released, Error>> {
         match self {
-            Backend::One(b) => b.renew_batch(&items, None).await,
-            Backend::RedLock(r) => r.renew_batch(items, None).await,
+            Service::Redis(r) => Box::pin(r.release_owner(keys, owner)),
         }
     }
 
-    pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
+    /// Extends a hold's lease to at least `lease` while the hold is live.
+    pub(crate) fn extend<'a>(
+        &'a self,
+        hold: &'a Arc<LeaseState>,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<Renewal, Error>> {
         match self {
-            Backend::One(b) => b.status(keys).await,
-            Backend::RedLock(r) => r.status(keys).await,
+            Service::Redis(r) => Box::pin(r.extend(hold, lease)),
         }
     }
 
-    pub(crate) async fn force_unlock(
-        &self,
-        keys: &Arc<LockKeys>,
-    ) -> Result<Vec<(String, u64)>, Error> {
+    /// Renews the holds the watchdog found due.
+    pub(crate) fn renew(&self, holds: Vec<Arc<LeaseState>>) -> BoxFuture<'_, Renewals> {
         match self {
-            Backend::One(b) => b.force_unlock(keys).await,
-            Backend::RedLock(r) => r.force_unlock(keys).await,
+            Service::Redis(r) => Box::pin(r.renew(holds)),
         }
     }
 
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+    /// What the service knows about a lock.
+    pub(crate) fn status<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+    ) -> BoxFuture<'a, Result<RawStatus, Error>> {
         match self {
-            Backend::One(b) => b.subscribe(channel).await,
-            Backend::RedLock(r) => r.subscribe(channel).await,
+            Service::Redis(r) => Box::pin(r.status(keys)),
         }
     }
 
-    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+    /// Deletes a lock whoever holds it; returns the owners and hold counts it had.
+    pub(crate) fn force_unlock<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
         match self {
-            Backend::One(b) => b.unsubscribe(channel).await,
-            Backend::RedLock(r) => r.unsubscribe(channel).await,
+            Service::Redis(r) => Box::pin(r.force_unlock(keys)),
         }
     }
 }

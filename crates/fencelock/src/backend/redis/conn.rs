@@ -20,7 +20,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{AsyncConnectionConfig, ConnectionInfo, PushInfo, PushKind, RedisError, Value};
 
-use super::super::ReleaseSink;
+use super::engine::ReleaseSink;
 use super::url::server_name;
 use crate::options::ClientOptions;
 

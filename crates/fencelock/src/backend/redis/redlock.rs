@@ -15,18 +15,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
-use super::redis::{RawStatus, RedisBackend};
-use super::{AcquireReply, Attempt, Queueing, ReleaseSink, Released, RenewItem, Renewal};
+use super::engine::{AcquireReply, Attempt, Queueing, ReleaseSink, RenewItem};
+use super::server::{RawStatus, RedisBackend};
+use crate::backend::Released;
+use crate::background::Background;
 use crate::error::{Error, ServerOutcome};
+use crate::lease::Renewal;
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
-use crate::watchdog::Finisher;
 
 /// Several independent servers, one lock.
 pub(crate) struct RedLock {
     servers: Vec<Arc<RedisBackend>>,
     /// Runs the requests still in flight when an operation is decided.
-    finisher: Finisher,
+    background: Background,
     quorum: usize,
     /// The highest fencing token this client has seen, so that its next proposal is higher.
     highest: AtomicU64,
@@ -80,7 +82,7 @@ impl RedLock {
         urls: &[&str],
         options: &ClientOptions,
         sink: Weak<dyn ReleaseSink>,
-        finisher: Finisher,
+        background: Background,
     ) -> Result<(Self, Vec<String>), Error> {
         let dedup = Arc::new(DedupSink {
             inner: sink,
@@ -132,7 +134,7 @@ impl RedLock {
         Ok((
             Self {
                 servers,
-                finisher,
+                background,
                 quorum,
                 highest: AtomicU64::new(0),
                 _sink: dedup,
@@ -180,7 +182,7 @@ impl RedLock {
     /// Lets the requests not yet answered run to their end in the background.
     fn finish<T: Send + 'static>(&self, pending: FuturesUnordered<BoxFuture<T>>) {
         if !pending.is_empty() {
-            self.finisher.finish(async move {
+            self.background.finish(async move {
                 pending.for_each(|_| async {}).await;
             });
         }
@@ -370,12 +372,12 @@ impl RedLock {
         }
         // A straggler that fails may leave the lock on its server: `Client::close` says so.
         if !pending.is_empty() {
-            let finisher = self.finisher.clone();
-            self.finisher.finish(async move {
+            let background = self.background.clone();
+            self.background.finish(async move {
                 pending
                     .for_each(|(_, result)| {
                         if result.is_err() {
-                            finisher.failed();
+                            background.failed();
                         }
                         async {}
                     })
@@ -485,7 +487,7 @@ impl RedLock {
             let lease = items[j].clone();
             let server = self.servers[i].clone();
             tracing::debug!(lock = %lease.hold.keys.name, server = %server.server(), "re-taking a lock a server lost");
-            self.finisher.finish(async move {
+            self.background.finish(async move {
                 let _serial = lease.serial.lock().await;
                 if lease.is_finished() {
                     return;

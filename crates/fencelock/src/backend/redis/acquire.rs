@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::redis::ReplicaAcks;
-use crate::backend::{AcquireReply, Attempt, Queueing};
-use crate::client::ClientInner;
+use super::engine::{AcquireReply, Attempt, Queueing};
+use super::server::ReplicaAcks;
+use super::waiters::Ticket;
+use super::RedisFamily;
+use crate::backend::{Ctx, Held};
 use crate::error::{Error, Result};
-use crate::guard::Guard;
 use crate::lease::{Hold, LeaseState};
 use crate::name::LockKeys;
-use crate::waiters::Ticket;
 
 /// The longest a waiter's place in the server's queue lasts without being renewed (locks
 /// renewed by the watchdog; a fixed lease is its own window).
@@ -26,7 +26,8 @@ const PLACE_WINDOW: Duration = Duration::from_secs(5);
 
 /// What an acquire call asks for: the same for each of its attempts.
 pub(crate) struct Ask<'a> {
-    pub(crate) client: &'a Arc<ClientInner>,
+    pub(crate) family: &'a RedisFamily,
+    pub(crate) ctx: &'a Ctx,
     pub(crate) keys: &'a Arc<LockKeys>,
     pub(crate) owner: &'a Arc<str>,
     pub(crate) lease: Duration,
@@ -37,7 +38,7 @@ pub(crate) struct Ask<'a> {
 
 /// What one attempt found.
 pub(crate) enum Attempted {
-    Acquired(Guard),
+    Acquired(Held),
     Held {
         remaining: Option<Duration>,
         /// The place the attempt took in the server's wait queue.
@@ -66,44 +67,42 @@ impl Drop for Undo<'_> {
     fn drop(&mut self) {
         if let Some(place) = self.armed {
             let ask = self.ask;
-            ask.client
-                .give_back_later(ask.keys, ask.owner, place.attempt, None);
+            ask.family
+                .give_back_later(ask.ctx, ask.keys, ask.owner, place.attempt, None);
         }
     }
 }
 
 impl Ask<'_> {
-    /// One acquire round trip with attempt id `id`, and the guard when it succeeded.
+    /// One acquire round trip with attempt id `id`, and the hold when it succeeded.
     pub(crate) async fn once(&self, id: u64, queueing: Queueing) -> Result<Attempted> {
         let sent = Instant::now();
         let mut pending = Undo {
             ask: self,
             armed: Some(Place { attempt: id, sent }),
         };
-        let abandoned = self.client.abandoned.pending(self.keys, self.owner);
+        let abandoned = self.ctx.abandoned.pending(self.keys, self.owner);
         let attempt = Attempt {
             keys: self.keys.clone(),
             owner: self.owner.clone(),
             lease_ms: self.lease.as_millis() as u64,
             id,
-            valid_until: self.client.watchdog.deadline(sent, self.lease),
+            valid_until: self.ctx.watchdog.deadline(sent, self.lease),
             acks: self.acks,
             queueing,
             abandoned,
         };
-        let reply = self.client.backend.acquire(&attempt).await;
+        let reply = self.family.engine.acquire(&attempt).await;
         if !matches!(reply, Err(Error::Unavailable { .. } | Error::Quorum { .. })) {
             // The script ran: the attempts given up that it carried are given back.
-            let client = self.client;
-            client
-                .abandoned
-                .settle(self.keys, self.owner, &attempt.abandoned);
+            let abandoned = &self.ctx.abandoned;
+            abandoned.settle(self.keys, self.owner, &attempt.abandoned);
         }
         match reply {
             Ok(AcquireReply::Acquired { token, count }) => {
                 pending.armed = None;
                 tracing::debug!(lock = %self.keys.name, token, count, "acquired");
-                Ok(Attempted::Acquired(self.guard(
+                Ok(Attempted::Acquired(self.held(
                     id,
                     (sent, self.lease),
                     token,
@@ -141,18 +140,18 @@ impl Ask<'_> {
     /// not in the background, so that no server holds a grant this owner does not keep. If
     /// this fails, the next attempt carries the id (see `abandoned`), and the lease ends it.
     async fn undo_minority(&self, id: u64) {
-        let backend = &self.client.backend;
-        if let Err(e) = backend.release(self.keys, self.owner, Some(id)).await {
+        let engine = &self.family.engine;
+        if let Err(e) = engine.release(self.keys, self.owner, Some(id)).await {
             tracing::debug!(lock = %self.keys.name, error = %e, "undoing a failed attempt");
-            self.client.abandoned.add(self.keys, self.owner, id);
+            self.ctx.abandoned.add(self.keys, self.owner, id);
         }
     }
 
-    /// A guard for the hold `id`, granted for `granted.1` by a request sent at `granted.0`
-    /// (the lease, or a queue place's window): the deadline and the first renewal count from
-    /// then; renewals ask for the whole lease.
-    fn guard(&self, id: u64, granted: (Instant, Duration), token: u64, count: u64) -> Guard {
-        let watchdog = &self.client.watchdog;
+    /// The hold `id`, granted for `granted.1` by a request sent at `granted.0` (the lease,
+    /// or a queue place's window): the deadline and the first renewal count from then;
+    /// renewals ask for the whole lease.
+    fn held(&self, id: u64, granted: (Instant, Duration), token: u64, count: u64) -> Held {
+        let watchdog = &self.ctx.watchdog;
         let (sent, term) = granted;
         let hold = Hold {
             keys: self.keys.clone(),
@@ -168,13 +167,16 @@ impl Ask<'_> {
             watchdog.renew_at(sent, term),
         ));
         watchdog.track(&state);
-        Guard::new(self.client.clone(), state, count)
+        Held {
+            lease: state,
+            count,
+        }
     }
 
     /// Acquires, waiting until `deadline` (never, if `None`) for the lock.
-    pub(crate) async fn until(&self, deadline: Option<(Instant, Duration)>) -> Result<Guard> {
-        let waiters = &self.client.waiters;
-        let queues = self.client.backend.queues();
+    pub(crate) async fn until(&self, deadline: Option<(Instant, Duration)>) -> Result<Held> {
+        let waiters = &self.family.waiters;
+        let queues = self.family.engine.queues();
         let channel = &self.keys.channel;
         // Queue behind this client's waiters instead of barging in. A caller that is not yet
         // subscribed to the lock's channel tries once first (an uncontended acquire costs one
@@ -183,13 +185,13 @@ impl Ask<'_> {
         let queue_at_once =
             waiters.has_waiters(channel) || (queues && waiters.is_subscribed(channel));
         if !queue_at_once {
-            if let Attempted::Acquired(guard) =
+            if let Attempted::Acquired(held) =
                 self.once(rand::random(), Queueing::default()).await?
             {
-                return Ok(guard);
+                return Ok(held);
             }
         }
-        let joined = waiters.join(self.client, channel);
+        let joined = waiters.join(&self.family.engine, &self.ctx.background, channel);
         let ticket = match deadline {
             Some((at, _)) => tokio::time::timeout_at(at, joined)
                 .await
@@ -221,6 +223,26 @@ impl Ask<'_> {
         waited
     }
 
+    /// Extends a handed-over hold to the whole lease.
+    async fn extend(&self, lease: &Arc<LeaseState>) -> Result<()> {
+        let sent = Instant::now();
+        let lease_ms = self.lease.as_millis() as u64;
+        let renewal = self.family.engine.extend(lease, lease_ms).await?;
+        self.ctx.watchdog.extended(lease, renewal, sent, self.lease)
+    }
+
+    /// Extends a handed-over hold to the whole lease and waits for `acks` (`WAIT`).
+    async fn replicate(&self, lease: &Arc<LeaseState>, acks: ReplicaAcks) -> Result<()> {
+        let sent = Instant::now();
+        let lease_ms = self.lease.as_millis() as u64;
+        let renewal = self
+            .family
+            .engine
+            .extend_replicated(lease, lease_ms, acks)
+            .await?;
+        self.ctx.watchdog.extended(lease, renewal, sent, self.lease)
+    }
+
     fn timed_out(&self, deadline: Option<(Instant, Duration)>) -> Error {
         Error::Timeout {
             lock: self.keys.name.clone(),
@@ -242,7 +264,7 @@ struct Waiting<'a> {
 }
 
 impl Waiting<'_> {
-    async fn run(&mut self) -> Result<Guard> {
+    async fn run(&mut self) -> Result<Held> {
         loop {
             while !self.ticket.is_head() {
                 self.wait(None).await?;
@@ -252,8 +274,8 @@ impl Waiting<'_> {
                 // The previous head just acquired: wait for its release, not more than its lease.
                 self.wait(Some(held_for)).await?;
             }
-            if let Some(guard) = self.handed_over().await? {
-                return Ok(guard);
+            if let Some(held) = self.handed_over().await? {
+                return Ok(held);
             }
             let queueing = Queueing {
                 join: self.queues.then_some(self.window),
@@ -266,13 +288,13 @@ impl Waiting<'_> {
                 self.ticket.queued(id);
             }
             match self.ask.once(id, queueing).await? {
-                Attempted::Acquired(guard) => {
+                Attempted::Acquired(held) => {
                     self.place.armed = None;
                     self.ticket.acquired(self.ask.lease);
-                    return Ok(guard);
+                    return Ok(held);
                 }
                 Attempted::Held { remaining, queued } => {
-                    let mut bound = remaining.unwrap_or(self.ask.client.options.default_lease);
+                    let mut bound = remaining.unwrap_or(self.ask.ctx.options.default_lease);
                     if let Some(taken) = queued {
                         self.place.armed = Some(taken);
                         // The handover comes as a message; this bound only renews the place
@@ -308,9 +330,9 @@ impl Waiting<'_> {
         }
     }
 
-    /// The guard, if the release script handed the lock to our place: its hold is named by
-    /// the place's attempt, and its lease counts from the request that took the place.
-    async fn handed_over(&mut self) -> Result<Option<Guard>> {
+    /// The hold, if the release script handed the lock to our place: it is named by the
+    /// place's attempt, and its lease counts from the request that took the place.
+    async fn handed_over(&mut self) -> Result<Option<Held>> {
         let Some(taken) = self.place.armed else {
             return Ok(None);
         };
@@ -320,22 +342,27 @@ impl Waiting<'_> {
         let ask = self.ask;
         tracing::debug!(lock = %ask.keys.name, token, "handed over");
         crate::telemetry::handover();
-        let guard = ask.guard(taken.attempt, (taken.sent, self.window), token, 1);
+        let held = ask.held(taken.attempt, (taken.sent, self.window), token, 1);
         self.place.armed = None;
         self.ticket.acquired(ask.lease);
         if let Some(acks) = ask.acks {
             // The releasing holder wrote the handover, without waiting for replicas: wait
             // for them now, as an acquire of our own would have.
-            guard.replicate(acks).await?;
+            if let Err(e) = ask.replicate(&held.lease, acks).await {
+                held.lease.finish();
+                ask.family
+                    .give_back_later(ask.ctx, ask.keys, ask.owner, taken.attempt, None);
+                return Err(e);
+            }
         } else if !ask.renew {
             // What is left of the window may be less than the fixed lease the caller asked
             // for (the watchdog would renew it; here nothing will). A failure shows in the
-            // guard, whose deadline stays honest.
-            if let Err(e) = guard.extend(ask.lease).await {
+            // hold's deadline, which stays honest.
+            if let Err(e) = ask.extend(&held.lease).await {
                 tracing::debug!(lock = %ask.keys.name, error = %e, "extending a handover failed");
             }
         }
-        Ok(Some(guard))
+        Ok(Some(held))
     }
 
     /// A wait that timed out gives up its place before returning, not in the background: a
@@ -347,8 +374,8 @@ impl Waiting<'_> {
         };
         let ask = self.ask;
         let left = ask
-            .client
-            .backend
+            .family
+            .engine
             .release(ask.keys, ask.owner, Some(taken.attempt))
             .await;
         if left.is_ok() {

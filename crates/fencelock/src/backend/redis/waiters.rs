@@ -17,10 +17,14 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, ReleaseSink};
-use crate::client::ClientInner;
+use super::engine::{Engine, ReleaseSink};
+use crate::background::Background;
 use crate::error::Error;
-use crate::watchdog::Request;
+
+/// How long a release channel stays subscribed after its last local waiter left: a lock that
+/// is contended now is likely contended again in a moment, and re-subscribing would cost two
+/// commands per episode.
+const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(1);
 
 /// One waiting `acquire` call.
 #[derive(Debug, Default)]
@@ -75,8 +79,9 @@ impl WaitRegistry {
     /// Joins the queue of `channel`, and makes sure the subscriber connection receives its
     /// releases before returning, so that a release after this point cannot be missed.
     pub(crate) async fn join(
-        &self,
-        client: &Arc<ClientInner>,
+        self: &Arc<Self>,
+        engine: &Arc<Engine>,
+        background: &Background,
         channel: &str,
     ) -> Result<Ticket, Error> {
         let slot = Arc::new(Slot::default());
@@ -87,7 +92,9 @@ impl WaitRegistry {
             queue.subscribed
         };
         let ticket = Ticket {
-            client: client.clone(),
+            registry: self.clone(),
+            engine: engine.clone(),
+            background: background.clone(),
             channel: channel.to_owned(),
             slot,
             acquired: Mutex::new(None),
@@ -95,7 +102,7 @@ impl WaitRegistry {
         if !subscribed {
             let _order = self.subscription.lock().await;
             if !self.channels().get(channel).is_some_and(|q| q.subscribed) {
-                client.backend.subscribe(channel).await?;
+                engine.subscribe(channel).await?;
                 if let Some(queue) = self.channels().get_mut(channel) {
                     queue.subscribed = true;
                 }
@@ -105,7 +112,7 @@ impl WaitRegistry {
     }
 
     /// Unsubscribes from a channel whose queue is empty; runs in the background task.
-    pub(crate) async fn unsubscribe_if_idle(&self, backend: &Backend, channel: &str) {
+    pub(crate) async fn unsubscribe_if_idle(&self, engine: &Engine, channel: &str) {
         let _order = self.subscription.lock().await;
         {
             let mut channels = self.channels();
@@ -120,7 +127,7 @@ impl WaitRegistry {
                 _ => return,
             }
         }
-        if let Err(e) = backend.unsubscribe(channel).await {
+        if let Err(e) = engine.unsubscribe(channel).await {
             // A stale subscription only costs an ignored message per release.
             tracing::debug!(channel, error = %e, "unsubscribe failed");
         }
@@ -200,7 +207,9 @@ impl ReleaseSink for WaitRegistry {
 
 /// A place in a wait queue; leaving it (also by being dropped) passes the turn on.
 pub(crate) struct Ticket {
-    client: Arc<ClientInner>,
+    registry: Arc<WaitRegistry>,
+    engine: Arc<Engine>,
+    background: Background,
     channel: String,
     slot: Arc<Slot>,
     /// Set when this waiter got the lock, with its lease: passed on to the next in the queue.
@@ -209,7 +218,7 @@ pub(crate) struct Ticket {
 
 impl Ticket {
     pub(crate) fn is_head(&self) -> bool {
-        self.client.waiters.is_head(&self.channel, &self.slot)
+        self.registry.is_head(&self.channel, &self.slot)
     }
 
     /// Resolves when a release message arrived or the turn passed to this ticket.
@@ -251,11 +260,15 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let waiters = &self.client.waiters;
-        if waiters.leave(&self.channel, &self.slot, *lock(&self.acquired)) {
-            self.client.watchdog.send(Request::Unsubscribe {
-                client: self.client.clone(),
-                channel: std::mem::take(&mut self.channel),
+        if self
+            .registry
+            .leave(&self.channel, &self.slot, *lock(&self.acquired))
+        {
+            let (registry, engine) = (self.registry.clone(), self.engine.clone());
+            let channel = std::mem::take(&mut self.channel);
+            self.background.linger(async move {
+                tokio::time::sleep(SUBSCRIPTION_LINGER).await;
+                registry.unsubscribe_if_idle(&engine, &channel).await;
             });
         }
     }
