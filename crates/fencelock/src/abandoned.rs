@@ -8,36 +8,64 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::name::LockKeys;
 
 /// The most ids kept per lock: a server that stays away while a caller retries in a loop
-/// must not make this grow without end. The oldest go first; their holds expire with their
-/// lease at the latest.
+/// must not make this grow without end. Expired ones go first, then the oldest; their holds
+/// expire with their lease at the latest.
 const MAX_PER_LOCK: usize = 32;
 
-/// Given-up attempts per lock name: (owner, attempt id).
-type ByLock = HashMap<String, Vec<(Arc<str>, u64)>>;
+/// How long after its lease an id is kept: a renewal sent just before the hold was given up
+/// may still lengthen it on the server by a lease from when it arrives.
+const SLACK: Duration = Duration::from_secs(5);
 
-/// The attempts a client gave up on, until they are known to be undone.
+/// One attempt given up: its owner and id, and when the server has let it go anyway.
+struct Given {
+    owner: Arc<str>,
+    id: u64,
+    expires: Instant,
+}
+
+/// Given-up attempts per lock name.
+type ByLock = HashMap<String, Vec<Given>>;
+
+/// The attempts a client gave up on, until they are known to be undone or have expired.
 #[derive(Default)]
 pub(crate) struct Abandoned {
     by_lock: Mutex<ByLock>,
 }
 
 impl Abandoned {
+    /// The map, without entries whose lease has run out (given back by the server itself; a
+    /// re-entry made while one was alive carried its id).
     fn map(&self) -> std::sync::MutexGuard<'_, ByLock> {
-        self.by_lock.lock().unwrap_or_else(|e| e.into_inner())
+        let mut map = self.by_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if !map.is_empty() {
+            let now = Instant::now();
+            map.retain(|_, ids| {
+                ids.retain(|g| g.expires > now);
+                !ids.is_empty()
+            });
+        }
+        map
     }
 
-    /// Records an attempt given up.
-    pub(crate) fn add(&self, keys: &LockKeys, owner: &Arc<str>, id: u64) {
+    /// Records an attempt given up, taken with lease `term`.
+    pub(crate) fn add(&self, keys: &LockKeys, owner: &Arc<str>, id: u64, term: Duration) {
         let mut map = self.map();
         let ids = map.entry(keys.name.clone()).or_default();
         if ids.len() >= MAX_PER_LOCK {
             ids.remove(0);
         }
-        ids.push((owner.clone(), id));
+        ids.push(Given {
+            owner: owner.clone(),
+            id,
+            expires: Instant::now() + term + SLACK,
+        });
     }
 
     /// The attempts of `owner` on this lock not yet known to be undone.
@@ -46,14 +74,14 @@ impl Abandoned {
         match map.get(keys.name.as_str()) {
             Some(ids) => ids
                 .iter()
-                .filter(|(o, _)| &**o == owner)
-                .map(|(_, id)| *id)
+                .filter(|g| &*g.owner == owner)
+                .map(|g| g.id)
                 .collect(),
             None => Vec::new(),
         }
     }
 
-    /// How many attempts and holds are not known to be given back.
+    /// How many attempts and holds are not known to be given back (and have not expired).
     pub(crate) fn len(&self) -> usize {
         self.map().values().map(Vec::len).sum()
     }
@@ -65,7 +93,7 @@ impl Abandoned {
         }
         let mut map = self.map();
         if let Some(ids) = map.get_mut(keys.name.as_str()) {
-            ids.retain(|(o, id)| !(&**o == owner && settled.contains(id)));
+            ids.retain(|g| !(&*g.owner == owner && settled.contains(&g.id)));
             if ids.is_empty() {
                 map.remove(keys.name.as_str());
             }

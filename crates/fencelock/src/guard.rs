@@ -136,11 +136,19 @@ impl Guard {
     /// is away) is not forgotten: the owner's next attempt on this lock gives the hold back
     /// first, and the lease ends it at the latest.
     pub async fn release(mut self) -> Result<Released> {
-        self.done = true;
         self.state.finish();
         let client = &self.client;
         let result = client.service.release(&client.ctx, &self.state).await;
         tracing::debug!(lock = %self.state.hold.keys.name, ?result, "release");
+        // Until the server has answered, the hold may still be there: a release that failed
+        // on the way, or whose future was dropped, is given back by `Drop` in the background
+        // (and by the owner's next attempt on the lock, which carries its id).
+        if !matches!(
+            result,
+            Err(crate::Error::Unavailable { .. } | crate::Error::Quorum { .. })
+        ) {
+            self.done = true;
+        }
         result
     }
 }

@@ -137,8 +137,12 @@ async fn a_waiter_that_re_enters_leaves_the_queue() {
     let server = server();
     let holder = client(&server).await;
     let _held = holder.lock("reenter").acquire().await.unwrap();
-    let client = client_with(&server, short_lease(1000)).await;
-    let lock = client.lock("reenter");
+    // A fixed lease is its own place window: the waiter does not renew its place (which
+    // could take the lock first) during the test.
+    let client = client(&server).await;
+    let lock = client
+        .lock("reenter")
+        .with_options(LockOptions::default().lease(Duration::from_secs(20)));
     let waiter = {
         let lock = lock.clone();
         tokio::spawn(async move { lock.acquire().await.unwrap() })
@@ -150,6 +154,10 @@ async fn a_waiter_that_re_enters_leaves_the_queue() {
     // The holder's key goes; a clone of the waiting handle takes the lock at once.
     server.command(&["DEL", "fencelock:{reenter}"]).unwrap();
     let first = lock.try_acquire().await.unwrap().expect("free");
+    // Wake the waiter (a release message, as the deleted holder's release would have sent).
+    server
+        .command(&["PUBLISH", "fencelock:{reenter}:released", "x"])
+        .unwrap();
     let second = within(5.0, "the waiter re-enters", waiter).await.unwrap();
     assert_eq!(second.hold_count(), 2);
     assert_eq!(
@@ -198,11 +206,23 @@ async fn a_redlock_heal_never_lands_after_the_release() {
     let lock = client
         .lock("healed")
         .with_options(LockOptions::default().lease(Duration::from_secs(20)));
-    for _ in 0..10 {
+    for _ in 0..5 {
         let guard = lock.acquire().await.unwrap();
-        // One server loses the lock (as a restart without persistence would).
+        // Server 0 loses the lock (as a restart without persistence would), and answers the
+        // extension first, while the other two are held up: the majority renews, server 0
+        // says it lost it, and a heal is handed to the background task.
         servers[0].command(&["DEL", "fencelock:{healed}"]).unwrap();
-        guard.extend(Duration::from_secs(20)).await.unwrap();
+        servers[1].pause();
+        servers[2].pause();
+        let extend = guard.extend(Duration::from_secs(20));
+        let resume = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            servers[1].resume();
+            servers[2].resume();
+        };
+        let (extended, ()) = tokio::join!(extend, resume);
+        extended.unwrap();
+        // The release follows at once, before the background task has run the heal.
         assert_eq!(guard.release().await.unwrap(), Released::Released);
         settle(&client).await;
         for (i, s) in servers.iter().enumerate() {
@@ -212,6 +232,58 @@ async fn a_redlock_heal_never_lands_after_the_release() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn a_release_cut_short_is_finished_in_the_background() {
+    let server = server();
+    let options = ClientOptions::default()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(3));
+    let client = client_with(&server, options).await;
+    let guard = client.lock("cut").acquire().await.unwrap();
+    server.pause();
+    // The caller stops waiting for the release (a timeout around it, a cancelled task).
+    let cut = tokio::time::timeout(Duration::from_millis(200), guard.release()).await;
+    assert!(cut.is_err(), "released on a paused server");
+    server.resume();
+    settle(&client).await;
+    assert!(
+        !has_key(&server, "cut"),
+        "the hold stayed after its release was cut short"
+    );
+}
+
+#[tokio::test]
+async fn an_attempt_stopped_by_a_server_error_keeps_what_it_carried() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.lock("carried");
+    let guard = lock.acquire().await.unwrap();
+    // A damaged queue key makes the background release of the dropped guard fail, and the
+    // next attempt too, before it could give the hold back.
+    server
+        .command(&["SET", "fencelock:{carried}:queue", "oops"])
+        .unwrap();
+    drop(guard);
+    within(5.0, "background release", client.clone().close())
+        .await
+        .expect_err("the failed background release is reported");
+    assert!(matches!(
+        lock.try_acquire().await,
+        Err(Error::WrongType { .. })
+    ));
+    server
+        .command(&["DEL", "fencelock:{carried}:queue"])
+        .unwrap();
+    let again = lock.acquire().await.unwrap();
+    assert_eq!(
+        again.hold_count(),
+        1,
+        "the dropped guard's hold was re-entered"
+    );
+    assert_eq!(again.release().await.unwrap(), Released::Released);
+    assert!(!has_key(&server, "carried"));
 }
 
 #[tokio::test]

@@ -11,8 +11,7 @@ use metrics_util::MetricKind;
 
 type Labels = Vec<(String, String)>;
 
-/// Every metric's value so far. The debugging recorder hands out what changed since its
-/// last snapshot, so the values are summed here.
+/// Every metric's value so far, summed over the recorder's snapshots.
 #[derive(Default)]
 struct Seen {
     counters: Vec<(String, Labels, u64)>,
@@ -34,7 +33,8 @@ impl Seen {
                         .iter_mut()
                         .find(|(name, l, _)| name == k.name() && *l == labels)
                     {
-                        Some(entry) => entry.2 = entry.2.max(n),
+                        // The recorder hands out what was added since its last snapshot.
+                        Some(entry) => entry.2 += n,
                         None => self.counters.push((k.name().to_owned(), labels, n)),
                     }
                 }
@@ -102,8 +102,9 @@ async fn acquisitions_waits_handovers_renewals_and_losses_are_counted() {
     })
     .await;
 
-    // A handover to another client's waiter.
-    let other = client_with(&server, short_lease(600)).await;
+    // A handover to another client's waiter (default lease: its place is not renewed
+    // during the test, so the lock can only come to it by the handover).
+    let other = common::client(&server).await;
     let waiter = {
         let lock = other.lock("metered");
         tokio::spawn(async move { lock.acquire().await.unwrap() })

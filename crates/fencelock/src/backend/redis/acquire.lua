@@ -21,16 +21,22 @@ local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
 local owner, attempt = ARGV[1], ARGV[3]
 local lease = tonumber(ARGV[2])
 local proposal, window, claim = ARGV[4] or '', tonumber(ARGV[5] or ''), ARGV[6] or ''
-if k.queue then
-  expect(k.queue, 'list')
-  expect(k.waiting, 'hash')
+local pttl = redis.call('PTTL', k.lock)
+local list = false
+if pttl ~= -2 or #ARGV >= 9 then
+  list = read('HGET', k.lock, owner)
 end
-local list = read('HGET', k.lock, owner)
-for i = 9, #ARGV do
-  list = give_back(k, owner, list, ARGV[i], owner) or list
-  if list == '' then
-    list = read('HGET', k.lock, owner) -- ended: the lock may have been handed over
+if #ARGV >= 9 then
+  -- Attempts this owner gave up go first; a holding they end may be handed over, and this
+  -- attempt may then take a fresh token: the counter must be able to issue both.
+  check_counter(k.fence)
+  for i = 9, #ARGV do
+    list = give_back(k, owner, list, ARGV[i], owner .. '#' .. ARGV[i]) or list
+    if list == '' then
+      list = redis.call('HGET', k.lock, owner) -- ended: the lock may have been handed over
+    end
   end
+  pttl = redis.call('PTTL', k.lock)
 end
 if list then
   if has(list, attempt) then
@@ -39,18 +45,22 @@ if list then
   if claim ~= '' and has(list, claim) then
     list = without(list, claim) -- the handover this caller missed: no second hold
   end
+  if k.queue then
+    queue_length(k)
+    leave_queue(k, owner)
+  end
   list = (list == '' and attempt) or (list .. ' ' .. attempt)
   redis.call('HSET', k.lock, owner, list)
-  leave_queue(k, owner)
   -- Never shorten the lease: another guard of this owner may rely on the longer one.
-  if redis.call('PTTL', k.lock) < lease then
+  if pttl < lease then
     redis.call('PEXPIRE', k.lock, lease)
   end
   return {1, count(list), redis.call('HGET', k.lock, '=token')}
 end
-if redis.call('EXISTS', k.lock) == 1 then
+if pttl ~= -2 then
   if window then
-    if not read('HGET', k.waiting, owner) then
+    queue_length(k)
+    if not redis.call('HGET', k.waiting, owner) then
       redis.call('RPUSH', k.queue, owner)
     end
     -- The place counts from now: a handover gives only what is left of the window, which
@@ -62,10 +72,13 @@ if redis.call('EXISTS', k.lock) == 1 then
       end
     end
   end
-  return {0, redis.call('PTTL', k.lock)}
+  return {0, pttl}
 end
 local token = plan_token(k.fence, (proposal ~= '' and proposal) or now_us())
-leave_queue(k, owner)
+if k.queue then
+  queue_length(k)
+  leave_queue(k, owner)
+end
 redis.call('SET', k.fence, token)
 redis.call('HSET', k.lock, owner, attempt, '=token', token)
 redis.call('PEXPIRE', k.lock, lease)

@@ -67,8 +67,14 @@ impl Drop for Undo<'_> {
     fn drop(&mut self) {
         if let Some(place) = self.armed {
             let ask = self.ask;
-            ask.family
-                .give_back_later(ask.ctx, ask.keys, ask.owner, place.attempt, None);
+            ask.family.give_back_later(
+                ask.ctx,
+                ask.keys,
+                ask.owner,
+                place.attempt,
+                ask.lease,
+                None,
+            );
         }
     }
 }
@@ -93,8 +99,9 @@ impl Ask<'_> {
             abandoned,
         };
         let reply = self.family.engine.acquire(&attempt).await;
-        if !matches!(reply, Err(Error::Unavailable { .. } | Error::Quorum { .. })) {
-            // The script ran: the attempts given up that it carried are given back.
+        if reply.is_ok() {
+            // The script ran to its end: the attempts given up that it carried are given
+            // back. (An error may have stopped it before; they stay recorded.)
             let abandoned = &self.ctx.abandoned;
             abandoned.settle(self.keys, self.owner, &attempt.abandoned);
         }
@@ -143,7 +150,8 @@ impl Ask<'_> {
         let engine = &self.family.engine;
         if let Err(e) = engine.release(self.keys, self.owner, Some(id)).await {
             tracing::debug!(lock = %self.keys.name, error = %e, "undoing a failed attempt");
-            self.ctx.abandoned.add(self.keys, self.owner, id);
+            let abandoned = &self.ctx.abandoned;
+            abandoned.add(self.keys, self.owner, id, self.lease);
         }
     }
 
@@ -350,8 +358,14 @@ impl Waiting<'_> {
             // for them now, as an acquire of our own would have.
             if let Err(e) = ask.replicate(&held.lease, acks).await {
                 held.lease.finish();
-                ask.family
-                    .give_back_later(ask.ctx, ask.keys, ask.owner, taken.attempt, None);
+                ask.family.give_back_later(
+                    ask.ctx,
+                    ask.keys,
+                    ask.owner,
+                    taken.attempt,
+                    ask.lease,
+                    None,
+                );
                 return Err(e);
             }
         } else if !ask.renew {

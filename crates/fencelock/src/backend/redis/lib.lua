@@ -3,7 +3,8 @@
 -- A lock is a hash. Its holder's field lists the holds it has, one attempt id per hold
 -- (space-separated, oldest first): a release, renewal or undo names the hold it belongs to,
 -- and does nothing when that hold is gone. '=token' is the holding's fencing token.
--- Every script reads (and so type-checks) each key before it changes anything.
+-- Every script reads (and so type-checks) each key, and checks the fencing counter, before
+-- it changes anything: a script that fails leaves no partial change behind.
 
 -- Fails the script with an error that names `key`.
 local function fail(key, what)
@@ -20,14 +21,6 @@ local function read(command, key, ...)
     error(reply)
   end
   return reply
-end
-
--- Fails unless `key` is absent or of type `kind` ('list', 'hash').
-local function expect(key, kind)
-  local found = redis.call('TYPE', key).ok
-  if found ~= 'none' and found ~= kind then
-    fail(key, 'is a ' .. found .. ', not a ' .. kind)
-  end
 end
 
 -- Holds: a list of attempt ids.
@@ -122,7 +115,26 @@ local function publish(k, message)
   end
 end
 
+-- Fails, changing nothing, unless the counter can issue another token (read before a
+-- release that may hand the lock over has changed anything).
+local function check_counter(counter)
+  plan_token(counter, '0')
+end
+
+-- How many entries the wait queue has (type-checks it and the places); 0 without queue keys.
+local function queue_length(k)
+  if not k.queue then
+    return 0
+  end
+  local n = read('LLEN', k.queue)
+  if n > 0 then
+    read('HLEN', k.waiting)
+  end
+  return n
+end
+
 -- Removes `owner`'s place in the wait queue (only the place taken by attempt `id`, if given).
+-- The caller has type-checked the queue keys.
 local function leave_queue(k, owner, id)
   if not k.waiting then
     return
@@ -138,15 +150,11 @@ end
 -- (publishing '=grant <attempt> <token>'), or deletes it and publishes `message`. The new
 -- holder gets what is left of its window, counted from its request, so that its own deadline
 -- (measured from sending that request) comes first; its watchdog then renews the full lease.
-local function end_holding(k, message)
-  local queued = k.queue and read('LLEN', k.queue) > 0
-  local now, token
-  if queued then
-    now = now_us()
-    token = plan_token(k.fence, now)
-  end
+-- `queued`: the queue's length, read (with the counter checked) before any change.
+local function end_holding(k, queued, message)
   redis.call('DEL', k.lock)
-  while queued do
+  local now = queued > 0 and now_us()
+  while queued > 0 do
     local next = redis.call('LPOP', k.queue)
     if not next then
       break
@@ -157,6 +165,7 @@ local function end_holding(k, message)
     if attempt then
       local left = math.floor((tonumber(since) + tonumber(window) * 1000 - tonumber(now)) / 1000)
       if left >= 2 then
+        local token = plan_token(k.fence, now)
         redis.call('SET', k.fence, token)
         redis.call('HSET', k.lock, next, attempt, '=token', token)
         redis.call('PEXPIRE', k.lock, left)
@@ -169,16 +178,25 @@ local function end_holding(k, message)
 end
 
 -- Gives back the hold `id` of `owner` (whose holds are `list`), and the place `id` took in
--- the queue. Returns the holds left ('' when the holding ended), or false when `id` held
--- nothing.
+-- the queue. Reads (and checks) everything it needs before its first write. Returns the holds
+-- left ('' when the holding ended), or false when `id` held nothing.
 local function give_back(k, owner, list, id, message)
-  leave_queue(k, owner, id)
-  if not list or not has(list, id) then
+  local queued = queue_length(k)
+  local held = list and has(list, id)
+  if held then
+    list = without(list, id)
+    if list == '' and queued > 0 then
+      check_counter(k.fence)
+    end
+  end
+  if queued > 0 then
+    leave_queue(k, owner, id)
+  end
+  if not held then
     return false
   end
-  list = without(list, id)
   if list == '' then
-    end_holding(k, message)
+    end_holding(k, queued, message)
   else
     redis.call('HSET', k.lock, owner, list)
   end

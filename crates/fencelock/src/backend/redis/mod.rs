@@ -108,45 +108,41 @@ impl RedisFamily {
     }
 
     /// Gives back a guard's hold, named by its id. It waits for a RedLock heal of the hold
-    /// under way (`LeaseState::serial`), so that the heal never lands after it. A release that
-    /// fails is not forgotten: the owner's next attempt gives the hold back first.
+    /// under way (`LeaseState::serial`), so that the heal never lands after it.
     pub(crate) async fn release(
         &self,
-        ctx: &Ctx,
+        _ctx: &Ctx,
         lease: &Arc<LeaseState>,
     ) -> Result<Released, Error> {
         let hold = &lease.hold;
-        let result = {
-            let _serial = lease.serial.lock().await;
-            self.engine
-                .release(&hold.keys, &hold.owner, Some(hold.id))
-                .await
-        };
-        if let Err(Error::Unavailable { .. } | Error::Quorum { .. }) = &result {
-            ctx.abandoned.add(&hold.keys, &hold.owner, hold.id);
-        }
-        result
+        let _serial = lease.serial.lock().await;
+        self.engine
+            .release(&hold.keys, &hold.owner, Some(hold.id))
+            .await
     }
 
     /// [`RedisFamily::release`] in the background.
     pub(crate) fn release_later(&self, ctx: &Ctx, lease: &Arc<LeaseState>) {
         let hold = &lease.hold;
-        self.give_back_later(ctx, &hold.keys, &hold.owner, hold.id, Some(lease.clone()));
+        let (keys, owner) = (&hold.keys, &hold.owner);
+        self.give_back_later(ctx, keys, owner, hold.id, hold.lease, Some(lease.clone()));
     }
 
     /// Gives back the hold (or queue place) taken by attempt `id`, in the background: for code
     /// that cannot await. Until it is confirmed, the owner's next attempt on the lock carries
     /// the id and gives it back first, so a retry never re-enters what the caller let go of.
-    /// `lease`: the guard's lease, whose heals the release must follow.
+    /// `term`: the lease it was taken with (after it, the server has let it go anyway);
+    /// `lease`: the guard's lease state, whose heals the release must follow.
     pub(crate) fn give_back_later(
         &self,
         ctx: &Ctx,
         keys: &Arc<LockKeys>,
         owner: &Arc<str>,
         id: u64,
+        term: Duration,
         lease: Option<Arc<LeaseState>>,
     ) {
-        ctx.abandoned.add(keys, owner, id);
+        ctx.abandoned.add(keys, owner, id, term);
         let (engine, abandoned) = (self.engine.clone(), ctx.abandoned.clone());
         let (keys, owner) = (keys.clone(), owner.clone());
         ctx.background.finish(async move {

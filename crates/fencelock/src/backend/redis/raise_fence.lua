@@ -3,9 +3,10 @@
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter
 -- ARGV[1]: owner id, ARGV[2]: the token (decimal)
 -- Returns 1 when the counter is at least the token afterwards.
-local last = read('GET', KEYS[2]) or '0'
+check_counter(KEYS[2])
+local last = string.gsub(redis.call('GET', KEYS[2]) or '0', '^0+(%d)', '%1')
 local held = read('HGET', KEYS[1], ARGV[1])
-if not string.match(last, '^%d+$') or less(last, ARGV[2]) then
+if less(last, ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
 if held then

@@ -16,12 +16,13 @@ local message = ARGV[4]
 if message == nil or message == '' then
   message = owner
 end
-expect(k.queue, 'list')
-expect(k.waiting, 'hash')
 local list = read('HGET', k.lock, owner)
 if id == '' then
   if not list then
-    leave_queue(k, owner) -- an owner that gives up waiting (e.g. a cancelled process)
+    -- An owner that gives up waiting (e.g. a cancelled process) leaves the queue.
+    if queue_length(k) > 0 then
+      leave_queue(k, owner)
+    end
     return -1
   end
   id = string.match(list, '(%S+)$')
