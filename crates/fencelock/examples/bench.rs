@@ -71,8 +71,8 @@ fn load_acquire(server: &RedisServer) -> String {
             "LOAD",
             // The script as the library sends it: the shared rules, then acquire.lua.
             concat!(
-                include_str!("../src/backend/redis/lib.lua"),
-                include_str!("../src/backend/redis/acquire.lua")
+                include_str!("../src/backend/redis/server/lib.lua"),
+                include_str!("../src/backend/redis/server/acquire.lua")
             ),
         ])
         .unwrap()

@@ -59,8 +59,13 @@ async fn a_paused_minority_does_not_slow_acquisition_and_leaves_no_stale_keys() 
     let servers = servers(5);
     let client = redlock(&servers, ClientOptions::default()).await;
     let lock = client.lock("paused");
-    // Warm the scripts everywhere first.
+    // Warm the scripts everywhere first, and let the release reach every server (it returns
+    // at a majority) before two of them stop.
     lock.acquire().await.unwrap().release().await.unwrap();
+    eventually(5.0, "released everywhere", || {
+        servers.iter().all(|s| !has_key(s, "paused"))
+    })
+    .await;
     let before: Vec<u64> = servers.iter().map(|s| s.command_calls("evalsha")).collect();
     servers[0].pause();
     servers[1].pause();

@@ -68,6 +68,53 @@ impl ReleaseSink for DedupSink {
 
 type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
+/// A short random back-off after competing attempts split the servers (5-50 ms).
+fn backoff() -> Duration {
+    Duration::from_millis(5 + rand::random::<u64>() % 45)
+}
+
+/// One server's grant of an attempt.
+struct Grant {
+    server: usize,
+    token: u64,
+    count: u64,
+}
+
+/// What the servers answered one attempt so far.
+struct Tally {
+    /// Raw replies, turned into `ServerOutcome`s (with strings) only for an error.
+    replies: Vec<Option<Result<AcquireReply, Error>>>,
+    granted: Vec<Grant>,
+    /// The remaining leases of the servers where another owner holds it.
+    held: Vec<Option<Duration>>,
+    failed: usize,
+}
+
+impl Tally {
+    fn count(&mut self, server: usize, reply: Result<AcquireReply, Error>) {
+        match &reply {
+            Ok(AcquireReply::Acquired { token, count }) => self.granted.push(Grant {
+                server,
+                token: *token,
+                count: *count,
+            }),
+            Ok(AcquireReply::Held { remaining, .. }) => self.held.push(*remaining),
+            Err(_) => self.failed += 1,
+        }
+        self.replies[server] = Some(reply);
+    }
+
+    /// Whether the attempt is decided. Fresh grants beside re-entries wait for the other
+    /// servers: one server's grant of the first entry may still be on its way (this request
+    /// overtook it), and deciding which holding this is needs the others (`holding_token`).
+    fn decided(&self, quorum: usize, n: usize) -> bool {
+        let reentries = self.granted.iter().filter(|g| g.count > 1).count();
+        let mixed = reentries > 0 && reentries < self.granted.len() && reentries < quorum;
+        let against = self.held.len() + self.failed;
+        (self.granted.len() >= quorum && !mixed) || against > n - quorum
+    }
+}
+
 fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -208,120 +255,23 @@ impl RedLock {
 
     /// One RedLock attempt (RedLock servers keep no wait queue).
     pub(crate) async fn acquire(&self, attempt: &Attempt) -> Result<AcquireReply, Error> {
-        let (keys, owner, valid_until) = (&attempt.keys, &attempt.owner, attempt.valid_until);
-        let n = self.servers.len();
         let highest = self.highest.load(Ordering::Relaxed);
         let proposal = now_micros().max(highest.saturating_add(1));
-        let mut pending = self.fan_out(|s| {
-            let attempt = Attempt {
-                queueing: Queueing::default(),
-                ..attempt.clone()
-            };
-            async move { s.acquire(&attempt, Some(proposal)).await }
-        });
-        // Raw replies: turned into `ServerOutcome`s (with strings) only for an error.
-        let mut replies: Vec<Option<Result<AcquireReply, Error>>> = (0..n).map(|_| None).collect();
-        let mut granted: Vec<(usize, u64, u64)> = Vec::new();
-        let mut held_remaining: Vec<Option<Duration>> = Vec::new();
-        let mut failed = 0;
-        while let Some((i, reply)) = pending.next().await {
-            match &reply {
-                Ok(AcquireReply::Acquired { token, count }) => granted.push((i, *token, *count)),
-                Ok(AcquireReply::Held { remaining, .. }) => held_remaining.push(*remaining),
-                Err(_) => failed += 1,
-            }
-            replies[i] = Some(reply);
-            let against = held_remaining.len() + failed;
-            // Fresh grants beside re-entries: one server's grant of the first entry may still
-            // be on its way (this request overtook it). Hear the others before deciding which
-            // holding this is, so that a re-entry keeps its token (see below).
-            let reentries = granted.iter().filter(|g| g.2 > 1).count();
-            let mixed = reentries > 0 && reentries < granted.len() && reentries < self.quorum;
-            if (granted.len() >= self.quorum && !mixed) || against > n - self.quorum {
-                break;
-            }
+        let tally = self.collect(attempt, proposal).await;
+        if tally.granted.len() < self.quorum {
+            return self.refused(&attempt.keys, tally);
         }
-        // Requests still in flight run on: an undo sent later is queued behind them on the same
-        // connection, so a late grant is removed too.
-        self.finish(pending);
-
-        if granted.len() < self.quorum {
-            let unanswered = replies.iter().any(Option::is_none);
-            let undo = !granted.is_empty() || failed > 0 || unanswered;
-            if held_remaining.len() >= self.quorum {
-                // Held elsewhere on a majority: wait for a release, at most the shortest lease.
-                held_remaining.sort();
-                return Ok(AcquireReply::Held {
-                    remaining: held_remaining[0],
-                    undo,
-                    queued: false,
-                });
-            }
-            if failed > n - self.quorum {
-                // Too many servers failed for any majority: an error naming each.
-                let outcomes = replies
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, reply)| self.outcome(i, reply))
-                    .collect();
-                return Err(self.quorum_error(Some(keys), "acquire", outcomes));
-            }
-            // A split with competitors: back off for a random moment and try again.
-            let backoff = Duration::from_millis(5 + rand::random::<u64>() % 45);
+        let (token, reentry) = self.holding_token(&tally, proposal);
+        if !reentry && !self.on_majority(attempt, &tally, token).await {
             return Ok(AcquireReply::Held {
-                remaining: Some(backoff),
-                undo,
+                remaining: Some(backoff()),
+                undo: true,
                 queued: false,
             });
         }
-
-        // A re-entry on a majority keeps the token of the holding the owner already has. A
-        // server that granted afresh instead (its grant of the first entry was still on its
-        // way, and this request overtook it) must not change it: the holding's token is
-        // already on a majority.
-        let reentries: Vec<u64> = granted.iter().filter(|g| g.2 > 1).map(|g| g.1).collect();
-        let reentry = reentries.len() >= self.quorum;
-        let token = if reentry {
-            reentries.iter().copied().max().unwrap_or(proposal)
-        } else {
-            granted.iter().map(|g| g.1).max().unwrap_or(proposal)
-        };
-        let agreeing = granted.iter().filter(|g| g.1 == token).count();
-        if !reentry && agreeing < self.quorum {
-            // Put the token on a majority before the acquisition counts.
-            let lagging: Vec<usize> = granted
-                .iter()
-                .filter(|g| g.1 < token)
-                .map(|g| g.0)
-                .collect();
-            let mut raising: FuturesUnordered<_> = lagging
-                .iter()
-                .map(|&i| {
-                    let (s, keys, owner) = (self.servers[i].clone(), keys.clone(), owner.clone());
-                    Box::pin(async move { s.raise_fence(&keys, &owner, token).await })
-                        as BoxFuture<Result<(), Error>>
-                })
-                .collect();
-            let mut on_majority = agreeing;
-            while on_majority < self.quorum {
-                match raising.next().await {
-                    Some(Ok(())) => on_majority += 1,
-                    Some(Err(_)) => {}
-                    None => break,
-                }
-            }
-            self.finish(raising);
-            if on_majority < self.quorum {
-                return Ok(AcquireReply::Held {
-                    remaining: Some(Duration::from_millis(5 + rand::random::<u64>() % 45)),
-                    undo: true,
-                    queued: false,
-                });
-            }
-        }
-        if Instant::now() >= valid_until {
+        if Instant::now() >= attempt.valid_until {
             // A majority granted it, but too late to be of use.
-            tracing::debug!(lock = %keys.name, "RedLock majority reached without validity left");
+            tracing::debug!(lock = %attempt.keys.name, "RedLock majority reached without validity left");
             return Ok(AcquireReply::Held {
                 remaining: Some(Duration::ZERO),
                 undo: true,
@@ -329,8 +279,114 @@ impl RedLock {
             });
         }
         self.highest.fetch_max(token, Ordering::Relaxed);
-        let count = granted.iter().map(|g| g.2).max().unwrap_or(1);
+        let count = tally.granted.iter().map(|g| g.count).max().unwrap_or(1);
         Ok(AcquireReply::Acquired { token, count })
+    }
+
+    /// Sends the attempt to every server and gathers answers until it is decided. Requests
+    /// still in flight then run on in the background: an undo sent later is queued behind
+    /// them on the same connection, so a late grant is removed too.
+    async fn collect(&self, attempt: &Attempt, proposal: u64) -> Tally {
+        let n = self.servers.len();
+        let mut pending = self.fan_out(|s| {
+            let attempt = Attempt {
+                queueing: Queueing::default(),
+                ..attempt.clone()
+            };
+            async move { s.acquire(&attempt, Some(proposal)).await }
+        });
+        let mut tally = Tally {
+            replies: (0..n).map(|_| None).collect(),
+            granted: Vec::new(),
+            held: Vec::new(),
+            failed: 0,
+        };
+        while let Some((i, reply)) = pending.next().await {
+            tally.count(i, reply);
+            if tally.decided(self.quorum, n) {
+                break;
+            }
+        }
+        self.finish(pending);
+        tally
+    }
+
+    /// No majority granted: held elsewhere (wait for a release), too many failures (an error
+    /// naming each server), or a split with competitors (back off and try again).
+    fn refused(&self, keys: &Arc<LockKeys>, mut tally: Tally) -> Result<AcquireReply, Error> {
+        let n = self.servers.len();
+        let unanswered = tally.replies.iter().any(Option::is_none);
+        let undo = !tally.granted.is_empty() || tally.failed > 0 || unanswered;
+        if tally.held.len() >= self.quorum {
+            // Held elsewhere on a majority: wait for a release, at most the shortest lease.
+            tally.held.sort();
+            return Ok(AcquireReply::Held {
+                remaining: tally.held[0],
+                undo,
+                queued: false,
+            });
+        }
+        if tally.failed > n - self.quorum {
+            let outcomes = std::mem::take(&mut tally.replies)
+                .into_iter()
+                .enumerate()
+                .map(|(i, reply)| self.outcome(i, reply))
+                .collect();
+            return Err(self.quorum_error(Some(keys), "acquire", outcomes));
+        }
+        Ok(AcquireReply::Held {
+            remaining: Some(backoff()),
+            undo,
+            queued: false,
+        })
+    }
+
+    /// The holding's token, and whether this is a re-entry. A re-entry on a majority keeps
+    /// the token of the holding the owner already has: a server that granted afresh instead
+    /// (its grant of the first entry was still on its way, and this request overtook it) must
+    /// not change it, since the holding's token is already on a majority.
+    fn holding_token(&self, tally: &Tally, proposal: u64) -> (u64, bool) {
+        let reentries: Vec<u64> = tally
+            .granted
+            .iter()
+            .filter(|g| g.count > 1)
+            .map(|g| g.token)
+            .collect();
+        if reentries.len() >= self.quorum {
+            return (reentries.iter().copied().max().unwrap_or(proposal), true);
+        }
+        let highest = tally.granted.iter().map(|g| g.token).max();
+        (highest.unwrap_or(proposal), false)
+    }
+
+    /// Puts `token` on a majority of counters (the granting servers that issued less) before
+    /// the acquisition counts; false when that failed.
+    async fn on_majority(&self, attempt: &Attempt, tally: &Tally, token: u64) -> bool {
+        let agreeing = tally.granted.iter().filter(|g| g.token == token).count();
+        if agreeing >= self.quorum {
+            return true;
+        }
+        let mut raising: FuturesUnordered<_> = tally
+            .granted
+            .iter()
+            .filter(|g| g.token < token)
+            .map(|g| {
+                let s = self.servers[g.server].clone();
+                let (keys, owner) = (attempt.keys.clone(), attempt.owner.clone());
+                Box::pin(async move { s.raise_fence(&keys, &owner, token).await })
+                    as BoxFuture<Result<(), Error>>
+            })
+            .collect();
+        let mut on_majority = agreeing;
+        while on_majority < self.quorum {
+            match raising.next().await {
+                Some(Ok(())) => on_majority += 1,
+                Some(Err(_)) => {}
+                None => break,
+            }
+        }
+        self.finish(raising);
+        on_majority >= self.quorum
     }
 
     /// Releases on every server (also those that never answered the acquire).

@@ -1,10 +1,12 @@
 //! A Redis deployment that acts as one server for a lock (single server, Sentinel-managed
-//! master, or Cluster): the lock scripts and how they are sent.
+//! master, or Cluster): the lock operations. How requests are sent (routing to the master,
+//! NOSCRIPT, time bounds, resending) is in `exec`; the scripts, their arguments and the
+//! parsing of their replies are in `scripts`.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use redis::{RedisError, Value};
 
 use super::engine::{AcquireReply, Attempt, ReleaseSink};
 use crate::backend::Released;
@@ -13,56 +15,14 @@ use crate::lease::{LeaseState, Renewal};
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
 
-use super::conn::{self, ClusterConn, Node, SentinelConn};
+use super::conn::{ClusterConn, Node, SentinelConn};
 use super::url::{self, redact_url};
 
-/// A Lua script: its SHA for EVALSHA, and its source for SCRIPT LOAD after NOSCRIPT.
-struct Lua {
-    script: Script,
-    code: &'static str,
-}
+mod exec;
+mod scripts;
 
-impl Lua {
-    fn new(code: &'static str) -> Self {
-        Self {
-            script: Script::new(code),
-            code,
-        }
-    }
-}
-
-/// The scripts, hashed once per process and sent with EVALSHA.
-struct Scripts {
-    acquire: Lua,
-    release: Lua,
-    extend: Lua,
-    status: Lua,
-    force_unlock: Lua,
-    raise_fence: Lua,
-}
-
-fn scripts() -> &'static Scripts {
-    static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        // The rules the scripts share (holds, tokens, handover, key checks) are written once,
-        // in lib.lua.
-        acquire: Lua::new(concat!(
-            include_str!("lib.lua"),
-            include_str!("acquire.lua")
-        )),
-        release: Lua::new(concat!(
-            include_str!("lib.lua"),
-            include_str!("release.lua")
-        )),
-        extend: Lua::new(concat!(include_str!("lib.lua"), include_str!("extend.lua"))),
-        status: Lua::new(include_str!("status.lua")),
-        force_unlock: Lua::new(include_str!("force_unlock.lua")),
-        raise_fence: Lua::new(concat!(
-            include_str!("lib.lua"),
-            include_str!("raise_fence.lua")
-        )),
-    })
-}
+use exec::{Conn, Lent, Master, Resend};
+use scripts::{evalsha, hold_count, renewal, scripts};
 
 /// A lock's state as the server has it, for `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,44 +34,6 @@ pub(crate) struct RawStatus {
     pub(crate) owners: Vec<(String, u64)>,
     /// The wait queue in arrival order (always empty with RedLock).
     pub(crate) waiters: Vec<crate::status::Waiter>,
-}
-
-/// Whether a request whose connection was lost on the way may be sent once more, on the fresh
-/// connection. A lost reply does not say whether the server ran the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Resend {
-    /// Running it twice does what running it once does: reads, renewals, raising a fencing
-    /// counter, `SCRIPT LOAD`, subscriptions, and requests checked by their attempt id (an
-    /// acquire, sent again with the same id; the undo of one).
-    Safe,
-    /// It could take effect twice (a release by owner only, a forced unlock): the caller gets
-    /// the error. Through Sentinel, one that surely did not run (READONLY, connection refused)
-    /// still goes to the new master.
-    Never,
-}
-
-/// How the backend reaches its server.
-enum Conn {
-    /// One master, found directly or through sentinels.
-    Master(Master),
-    // Boxed: far larger than the other variant.
-    Cluster(Box<ClusterConn>),
-}
-
-/// A server that holds every lock: the one named in the URL, or the one the sentinels name.
-enum Master {
-    Plain(Arc<Node>),
-    // Boxed: far larger than the other variants.
-    Sentinel(Box<SentinelConn>),
-}
-
-impl Master {
-    fn current(&self) -> Arc<Node> {
-        match self {
-            Master::Plain(node) => node.clone(),
-            Master::Sentinel(sentinel) => sentinel.current(),
-        }
-    }
 }
 
 /// One Redis deployment that behaves as one server for a lock: a single server, the master
@@ -127,39 +49,6 @@ pub(crate) struct RedisBackend {
 pub(crate) struct ReplicaAcks {
     pub(crate) replicas: u32,
     pub(crate) timeout: Duration,
-}
-
-/// A connection lent for one acquisition that waits for replicas (see `conn::Spare`).
-enum Lent {
-    Node(Arc<Node>, redis::aio::MultiplexedConnection),
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-impl Lent {
-    /// Sends `cmd` on this connection; on a cluster, to the master of the lock's slot (where
-    /// the acquire went).
-    async fn query(&mut self, keys: &LockKeys, cmd: redis::Cmd) -> Result<i64, RedisError> {
-        match self {
-            Lent::Node(_, conn) => cmd.query_async(conn).await,
-            Lent::Cluster(conn) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(conn::slot(&keys.lock), SlotAddr::Master),
-                ));
-                redis::from_redis_value(conn.route_command(cmd, route).await?)
-                    .map_err(RedisError::from)
-            }
-        }
-    }
-
-    /// Keeps the connection for a later acquisition (only after a request that went well).
-    fn give_back(self, backend: &RedisBackend) {
-        match (self, &backend.conn) {
-            (Lent::Node(node, conn), _) => node.spare.give_back(conn),
-            (Lent::Cluster(conn), Conn::Cluster(cluster)) => cluster.spare.give_back(conn),
-            (Lent::Cluster(_), Conn::Master(_)) => {}
-        }
-    }
 }
 
 impl RedisBackend {
@@ -286,159 +175,6 @@ impl RedisBackend {
         }
     }
 
-    /// Runs a request with the client's end-to-end time bound, so that no call hangs forever
-    /// even while the connection manager is reconnecting.
-    async fn bounded<T>(
-        &self,
-        lock: Option<&LockKeys>,
-        request: impl std::future::Future<Output = T>,
-    ) -> Result<T, Error> {
-        self.bounded_for(self.request_bound, lock, request).await
-    }
-
-    /// [`RedisBackend::bounded`] with another bound (a `WAIT` may take its own timeout more).
-    async fn bounded_for<T>(
-        &self,
-        bound: Duration,
-        lock: Option<&LockKeys>,
-        request: impl std::future::Future<Output = T>,
-    ) -> Result<T, Error> {
-        tokio::time::timeout(bound, request)
-            .await
-            .map_err(|_| Error::Unavailable {
-                lock: lock.map(|k| k.name.clone()),
-                server: self.server.clone(),
-                detail: format!("no reply within {bound:?}"),
-            })
-    }
-
-    /// Runs `request` (a command, a pipeline, a subscription) on the master's connections; the
-    /// outer error is the time bound, the inner one the server's. This is the one place where
-    /// a request meets a lost connection or a master that is no more:
-    /// - The connection was closed (server `timeout`, `CLIENT KILL`, a reset) and the request
-    ///   may run twice ([`Resend::Safe`]): it is sent once more. The connection manager is
-    ///   connecting again already (it does on every lost connection); the request waits for it.
-    /// - Through Sentinel, a master that stopped being one (READONLY, connection lost) is
-    ///   replaced by the one the sentinels name, and the request is sent once more there if it
-    ///   may run twice or surely did not run: single commands and the watchdog's pipelines alike.
-    async fn on_master<T, F, Fut>(
-        &self,
-        master: &Master,
-        lock: Option<&LockKeys>,
-        resend: Resend,
-        request: F,
-    ) -> Result<Result<T, RedisError>, Error>
-    where
-        F: Fn(Arc<Node>) -> Fut,
-        Fut: std::future::Future<Output = Result<T, RedisError>>,
-    {
-        let node = master.current();
-        let first = self.bounded(lock, request(node.clone())).await?;
-        let Err(e) = &first else {
-            return Ok(first);
-        };
-        match master {
-            Master::Sentinel(sentinel) if master_gone(e) => {
-                // Refused (READONLY, or no connection could be made): it did not run.
-                let did_not_run = e.code() == Some("READONLY") || e.is_connection_refusal();
-                if let Err(e) = self.bounded(lock, sentinel.switch(&node)).await? {
-                    return Ok(Err(e));
-                }
-                if !did_not_run && resend == Resend::Never {
-                    return Ok(first);
-                }
-                self.bounded(lock, request(sentinel.current())).await
-            }
-            Master::Plain(_) if connection_lost(e) && resend == Resend::Safe => {
-                tracing::debug!(server = %node.server, error = %e, "connection lost; sending once more");
-                // Idle connections lent for `WAIT` were likely closed alike.
-                node.spare.clear();
-                self.bounded(lock, request(node)).await
-            }
-            _ => Ok(first),
-        }
-    }
-
-    /// Sends one command (on a cluster, to the node that serves its key; the cluster
-    /// connection resends a request whose node connection was lost on its own).
-    async fn query<T: redis::FromRedisValue>(
-        &self,
-        lock: Option<&LockKeys>,
-        resend: Resend,
-        cmd: &redis::Cmd,
-    ) -> Result<Result<T, RedisError>, Error> {
-        match &self.conn {
-            Conn::Cluster(cluster) => {
-                let mut c = cluster.cmd.clone();
-                self.bounded(lock, cmd.query_async(&mut c)).await
-            }
-            Conn::Master(master) => {
-                self.on_master(master, lock, resend, |node| async move {
-                    cmd.query_async(&mut node.cmd.clone()).await
-                })
-                .await
-            }
-        }
-    }
-
-    /// Loads a script after NOSCRIPT (script cache flushed, server restarted or failed over).
-    async fn load(&self, lock: Option<&LockKeys>, script: &Lua) -> Result<(), Error> {
-        tracing::debug!(server = %self.server, "NOSCRIPT: loading the script");
-        let mut load = redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(script.code);
-        let _: String = self
-            .query(lock, Resend::Safe, &load)
-            .await?
-            .map_err(|e| self.error(lock, e))?;
-        Ok(())
-    }
-
-    /// Runs a script that may run twice ([`Resend::Safe`]) by its SHA; on NOSCRIPT loads it
-    /// and runs it once more.
-    async fn run<T: redis::FromRedisValue>(
-        &self,
-        keys: &LockKeys,
-        script: &Lua,
-        call: &redis::Cmd,
-    ) -> Result<T, Error> {
-        self.run_as(Resend::Safe, keys, script, call).await
-    }
-
-    /// [`RedisBackend::run`] for any script: `resend` says whether it may run twice.
-    async fn run_as<T: redis::FromRedisValue>(
-        &self,
-        resend: Resend,
-        keys: &LockKeys,
-        script: &Lua,
-        call: &redis::Cmd,
-    ) -> Result<T, Error> {
-        // Boxed: one small allocation per request keeps the futures of the operations built
-        // on it (RedLock fan-outs, undo inside acquire) shallow enough for the compiler.
-        Box::pin(self.with_script(keys, script, || self.query(Some(keys), resend, call))).await
-    }
-
-    /// Sends a script call with `send`; on NOSCRIPT (script cache flushed, server restarted or
-    /// failed over) loads the script and sends once more.
-    async fn with_script<T, F, Fut>(
-        &self,
-        keys: &LockKeys,
-        script: &Lua,
-        send: F,
-    ) -> Result<T, Error>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<Result<T, RedisError>, Error>>,
-    {
-        let result = match send().await? {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.load(Some(keys), script).await?;
-                send().await?
-            }
-            other => other,
-        };
-        result.map_err(|e| self.error(Some(keys), e))
-    }
-
     /// One acquire attempt; `proposal`: the token RedLock proposes (else the server's clock).
     pub(crate) async fn acquire(
         &self,
@@ -531,45 +267,6 @@ impl RedisBackend {
             needed: acks.replicas,
             timeout: acks.timeout,
         })
-    }
-
-    /// Runs a script on a connection lent for it (NOSCRIPT handled), which is handed back
-    /// with the reply.
-    async fn run_on_lent<T: redis::FromRedisValue>(
-        &self,
-        keys: &LockKeys,
-        script: &Lua,
-        call: &redis::Cmd,
-    ) -> Result<(T, Lent), Error> {
-        self.with_script(keys, script, || self.query_on_lent(keys, call))
-            .await
-    }
-
-    /// Sends `call` on a connection lent for it, which is handed back with the reply.
-    async fn query_on_lent<T: redis::FromRedisValue>(
-        &self,
-        keys: &LockKeys,
-        call: &redis::Cmd,
-    ) -> Result<Result<(T, Lent), RedisError>, Error> {
-        match &self.conn {
-            Conn::Cluster(cluster) => {
-                self.bounded(Some(keys), async {
-                    let mut conn = cluster.lend().await?;
-                    let reply = call.query_async(&mut conn).await?;
-                    Ok((reply, Lent::Cluster(conn)))
-                })
-                .await
-            }
-            Conn::Master(master) => {
-                // The same attempt id if sent again: an acquire may run twice.
-                self.on_master(master, Some(keys), Resend::Safe, |node| async move {
-                    let mut conn = node.lend().await?;
-                    let reply = call.query_async(&mut conn).await?;
-                    Ok((reply, Lent::Node(node, conn)))
-                })
-                .await
-            }
-        }
     }
 
     fn parse_acquire(
@@ -906,80 +603,6 @@ impl RedisBackend {
         };
         result.map_err(|e| self.error(None, e))
     }
-
-    fn protocol(&self, keys: &LockKeys, detail: &str) -> Error {
-        Error::Protocol {
-            lock: Some(keys.name.clone()),
-            server: self.server.clone(),
-            detail: detail.to_owned(),
-        }
-    }
-
-    fn error(&self, keys: Option<&LockKeys>, e: RedisError) -> Error {
-        let lock = keys.map(|k| k.name.clone());
-        if e.is_io_error()
-            || e.is_timeout()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-        {
-            return Error::Unavailable {
-                lock,
-                server: self.server.clone(),
-                detail: e.to_string(),
-            };
-        }
-        let detail = e.to_string();
-        if let Some(keys) = keys {
-            if e.code() == Some("WRONGTYPE") || detail.contains("WRONGTYPE") {
-                // The scripts name the key; plain commands touch only the lock key.
-                let named = [&keys.fence, &keys.queue, &keys.waiting]
-                    .into_iter()
-                    .find(|k| detail.contains(k.as_str()));
-                return Error::WrongType {
-                    lock: keys.name.clone(),
-                    key: named.unwrap_or(&keys.lock).clone(),
-                    server: self.server.clone(),
-                    detail,
-                };
-            }
-            if e.code() == Some("FENCE") || detail.starts_with("FENCE") {
-                return Error::FencingExhausted {
-                    lock: keys.name.clone(),
-                    server: self.server.clone(),
-                    detail,
-                };
-            }
-        }
-        Error::Server {
-            lock,
-            server: self.server.clone(),
-            source: e,
-        }
-    }
-}
-
-/// What an extend script's reply (the remaining lease, or -1) says.
-fn renewal(ttl: i64) -> Renewal {
-    if ttl >= 0 {
-        Renewal::Renewed
-    } else {
-        Renewal::NotHeld
-    }
-}
-
-/// A holder's hold count: the number of hold ids in its field.
-fn hold_count(holds: &Value) -> u64 {
-    match holds {
-        Value::BulkString(ids) => String::from_utf8_lossy(ids).split_whitespace().count() as u64,
-        _ => 0,
-    }
-}
-
-/// `EVALSHA sha numkeys`, to be followed by the keys and arguments.
-fn evalsha(script: &Lua, keys: usize) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.script.get_hash()).arg(keys);
-    cmd
 }
 
 /// The password from the options, if one was given, overrides the URL's.
@@ -996,19 +619,4 @@ fn password_settings(
 fn with_password(info: redis::ConnectionInfo, options: &ClientOptions) -> redis::ConnectionInfo {
     let settings = password_settings(info.redis_settings().clone(), options);
     info.set_redis_settings(settings)
-}
-
-/// The connection the request went on was closed, by the server or the network. Not a refused
-/// connection (the server is down: sending again would not help) nor a timeout (after which
-/// the connection stays).
-fn connection_lost(e: &RedisError) -> bool {
-    e.is_connection_dropped() && !e.is_connection_refusal()
-}
-
-/// Through Sentinel: this error means the node is no longer (reachable as) the master.
-fn master_gone(e: &RedisError) -> bool {
-    e.code() == Some("READONLY")
-        || e.is_io_error()
-        || e.is_connection_refusal()
-        || e.is_connection_dropped()
 }
