@@ -53,6 +53,7 @@ impl std::fmt::Debug for Lock {
 
 /// The lock is held by another owner (from [`Lock::try_acquire`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Contended {
     /// The holder's remaining lease as the server reported it; `None` if the key has no expiry
     /// (set by something other than fencelock). With RedLock: the shortest remaining lease
