@@ -530,3 +530,45 @@ async fn several_urls_mean_redlock() {
     assert_eq!(out.status.code(), Some(USAGE), "{:?}", text(&out));
     assert!(text(&out).1.contains("odd number"));
 }
+
+#[tokio::test]
+async fn huge_durations_are_usage_errors() {
+    let server = RedisServer::start().unwrap();
+    // Durations beyond 7 days are usage errors, not a panic (--wait) nor "forever"
+    // (--kill-grace).
+    for (flag, value) in [
+        ("--wait", "1000years"),
+        ("--wait", "7days 1ms"),
+        ("--kill-grace", "30d"),
+        ("--lease", "8d"),
+        ("--wait", "99999999999999999999999s"),
+    ] {
+        let out = output(&server, &["run", "--key", "k", flag, value, "--", "true"]).await;
+        assert_eq!(
+            out.status.code(),
+            Some(USAGE),
+            "{flag} {value}: {:?}",
+            text(&out)
+        );
+        let (_, err) = text(&out);
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+        assert!(!err.contains("panicked"), "{flag} {value}: {err}");
+    }
+    // The longest values are accepted.
+    let out = output(
+        &server,
+        &[
+            "run",
+            "--key",
+            "k",
+            "--wait",
+            "7d",
+            "--kill-grace",
+            "7d",
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{:?}", text(&out));
+}

@@ -198,6 +198,7 @@ impl Lock {
             Some(lease) => (lease, false),
             None => (self.client.options.default_lease, true),
         };
+        self.client.options.validate_drift(lease)?;
         if let Some((_, timeout)) = self.options.replica_acks {
             if timeout >= lease {
                 return Err(InputError::InvalidOption {
@@ -221,8 +222,22 @@ impl Lock {
     }
 
     /// Like [`Lock::acquire`], but gives up after `timeout` with [`Error::Timeout`].
+    ///
+    /// `timeout` is at most [`crate::MAX_TIMEOUT`]; a longer one (`Duration::MAX` included)
+    /// is not read as "no timeout" but rejected with [`InputError::TimeoutTooLong`], before
+    /// any I/O. To wait without a bound, use [`Lock::acquire`].
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Guard> {
-        self.acquire_until(Some((Instant::now() + timeout, timeout)))
+        crate::options::validate_timeout("acquire_timeout", timeout)?;
+        // Within the maximum this cannot fail on the platforms fencelock runs on; if it does,
+        // the deadline is beyond what this clock can represent: still too long.
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .ok_or(InputError::TimeoutTooLong {
+                option: "acquire_timeout",
+                timeout,
+                max: crate::MAX_TIMEOUT,
+            })?;
+        self.acquire_until(Some((deadline, timeout)))
             .instrument(tracing::debug_span!("acquire", lock = %self.name, ?timeout))
             .await
     }
