@@ -572,3 +572,24 @@ async fn huge_durations_are_usage_errors() {
     .await;
     assert!(out.status.success(), "{:?}", text(&out));
 }
+
+#[tokio::test]
+async fn one_server_named_three_times_is_a_configuration_error() {
+    let server = RedisServer::start().unwrap();
+    // `localhost` and 127.0.0.1 are one server; the message names the URLs, without password.
+    let urls = [
+        format!("redis://:hunter2@localhost:{}", server.port()),
+        server.url(),
+        server.url(),
+    ];
+    let mut args = vec!["run"];
+    for u in &urls {
+        args.extend(["--url", u]);
+    }
+    args.extend(["--key", "k", "--", "true"]);
+    let out = output(&server, &args).await;
+    assert_eq!(out.status.code(), Some(CONNECTION), "{:?}", text(&out));
+    let (_, err) = text(&out);
+    assert!(err.contains("same server"), "{err}");
+    assert!(!err.contains("hunter2"), "password printed: {err}");
+}

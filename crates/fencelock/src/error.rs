@@ -95,6 +95,20 @@ pub enum InputError {
         /// The margin for that lease (`Duration::MAX` if it overflows).
         margin: Duration,
     },
+    /// RedLock: two of the URLs reach the same server (same address after name resolution,
+    /// whatever the database, password or spelling), so a "majority" could be one server.
+    #[error(
+        "RedLock servers {first:?} and {second:?} are the same server ({address}); \
+         a majority needs independent servers"
+    )]
+    DuplicateServer {
+        /// The first URL, with any password replaced by `***`.
+        first: String,
+        /// The URL that repeats it, with any password replaced by `***`.
+        second: String,
+        /// The address both reach.
+        address: String,
+    },
     /// A client option out of its range.
     #[error("option {option} is invalid: {reason}")]
     InvalidOption {

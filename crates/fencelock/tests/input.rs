@@ -315,3 +315,70 @@ async fn huge_timeouts_and_drift_margins_are_input_errors_not_panics() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_redlock_over_one_server_twice_is_rejected_before_connecting() {
+    let servers = servers(3);
+    let (a, b) = (&servers[0], &servers[1]);
+    let port = a.port();
+    let cases: Vec<[String; 3]> = vec![
+        [a.url(), a.url(), a.url()],
+        [a.url(), b.url(), a.url()],
+        // Names that resolve to one address, whatever the database or password.
+        [
+            format!("redis://localhost:{port}"),
+            b.url(),
+            format!("redis://127.0.0.1:{port}"),
+        ],
+        [
+            format!("redis://:hunter2@127.0.0.1:{port}/0"),
+            b.url(),
+            format!("redis://LOCALHOST:{port}/3"),
+        ],
+    ];
+    let before = (connections(a), connections(b));
+    let mut failures = Vec::new();
+    for urls in cases {
+        let list = urls.clone();
+        let result = outcome(async move {
+            let urls: Vec<&str> = list.iter().map(String::as_str).collect();
+            Client::connect_all(&urls).await
+        })
+        .await;
+        match result {
+            Ok(Err(Error::InvalidInput(
+                ref e @ InputError::DuplicateServer {
+                    ref first,
+                    ref second,
+                    ..
+                },
+            ))) => {
+                let message = e.to_string();
+                assert!(!message.contains("hunter2"), "password printed: {message}");
+                assert_eq!(first, &fencelock::redact_url(&urls[0]), "{message}");
+                assert_eq!(second, &fencelock::redact_url(&urls[2]), "{message}");
+            }
+            other => failures.push(format!("{urls:?}: {other:?}")),
+        }
+    }
+    let after = (connections(a), connections(b));
+    if after.0 - before.0 != 1 || after.1 - before.1 != 1 {
+        failures.push(format!("connections were made: {before:?} -> {after:?}"));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} case(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+
+    // Three distinct servers are fine.
+    let c = redlock(&servers, ClientOptions::default()).await;
+    c.lock("x")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
