@@ -71,13 +71,19 @@ pub(crate) fn parse_target(url: &str) -> Result<Target, InputError> {
             if master.is_empty() {
                 return Err(invalid("the URL names no master (…/master-name)".into()));
             }
+            // Errors about the parts below name the URL the caller gave, not the part.
+            let whole = |e: InputError| match e {
+                InputError::InvalidUrl { reason, .. } => invalid(reason),
+                other => other,
+            };
             // The master gets the URL's password and database; sentinels get neither.
-            let node = parse(&with_userinfo("127.0.0.1", db.map(|d| format!("/{d}")).as_deref().unwrap_or("")))?
+            let node = parse(&with_userinfo("127.0.0.1", db.map(|d| format!("/{d}")).as_deref().unwrap_or("")))
+                .map_err(whole)?
                 .redis_settings()
                 .clone();
             let sentinels = list
                 .split(',')
-                .map(|h| parse(&format!("redis://{h}")))
+                .map(|h| parse(&format!("redis://{h}")).map_err(whole))
                 .collect::<Result<Vec<_>, _>>()?;
             if sentinels.is_empty() {
                 return Err(invalid("the URL names no sentinel".into()));
@@ -127,24 +133,24 @@ pub(crate) fn server_name(info: &ConnectionInfo) -> String {
 }
 
 /// The URL with any password replaced by `***`, for messages and logs.
+///
+/// Everything before the last `@` counts as user and password, as the URL parser reads it:
+/// a password may contain `/`, `?`, `#` or `@` unencoded (most such URLs are then rejected,
+/// and the error must not show the password either). A URL without `scheme://` is redacted
+/// the same way.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (&url[..scheme.len() + 3], rest),
+        None => ("", url),
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
+    match rest.rsplit_once('@') {
         Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
+            let masked = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
                 // `redis://secret@host`: redis-rs reads a lone userinfo as the password.
-                "***".to_owned()
+                None => "***".to_owned(),
             };
-            format!("{scheme}://{masked}@{host}{path}")
+            format!("{scheme}{masked}@{host}")
         }
         None => url.to_owned(),
     }
@@ -160,6 +166,11 @@ mod tests {
         assert_eq!(redact_url("redis://u:pw@h:1"), "redis://u:***@h:1");
         assert_eq!(redact_url("redis://pw@h"), "redis://***@h");
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        // Delimiters in a password do not end it early (found by tests/fuzz_inputs.rs).
+        assert_eq!(redact_url("redis://:pa/ss@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact_url("redis://u:p?w#x@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact_url("redis://p@w@h"), "redis://***@h");
+        assert_eq!(redact_url("u:pw@h:1"), "u:***@h:1");
     }
 
     #[test]
@@ -220,5 +231,23 @@ mod tests {
     fn errors_never_show_the_password() {
         let err = parse("http://user:hunter2@h:1").unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
+        for url in [
+            "redis://:hun/ter2@h:1",
+            "redis+cluster://:hun#ter2@a:1,b:x",
+            "redis+sentinel://:hunter2@s:x/m",
+            "user:hunter2@h:1",
+        ] {
+            let err = parse_target(url).unwrap_err();
+            assert!(!err.to_string().contains("hun"), "{err}");
+        }
+    }
+
+    #[test]
+    fn sentinel_errors_name_the_whole_url() {
+        let url = "redis+sentinel://s:1,s:x/m";
+        match parse_target(url) {
+            Err(InputError::InvalidUrl { url: shown, .. }) => assert_eq!(shown, url),
+            other => panic!("{other:?}"),
+        }
     }
 }
