@@ -371,6 +371,22 @@ mod tests {
         }
     }
 
+    /// The reader sees every URL a caller passes, before the URL parser does.
+    #[test]
+    fn reading_any_url_never_panics() {
+        use proptest::prelude::*;
+        let urls = prop_oneof![
+            any::<String>(),
+            "(redis|redis\\+cluster|redis\\+sentinel|rediss|unix)://[ -~]{0,40}",
+        ];
+        proptest::test_runner::TestRunner::new(proptest::test_runner::Config::with_cases(3_000))
+            .run(&urls, |url| {
+                let _ = named_addresses(&url);
+                Ok(())
+            })
+            .unwrap();
+    }
+
     #[test]
     fn names_that_do_not_resolve_compare_as_written() {
         let name = |h: &str, p| Endpoint::Name(h.into(), p);
