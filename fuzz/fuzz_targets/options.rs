@@ -49,7 +49,7 @@ fuzz_target!(|input: Input| {
         .response_timeout(response)
         .clock_drift(f, min);
     let valid = (MIN_LEASE..=MAX_LEASE).contains(&lease)
-        && lease.subsec_nanos() % 1_000_000 == 0
+        && lease.subsec_nanos().is_multiple_of(1_000_000)
         && [connect, response]
             .iter()
             .all(|t| !t.is_zero() && *t <= MAX_TIMEOUT)
