@@ -32,7 +32,9 @@ EXIT STATUS:
 /// The exit code for a library error.
 pub fn for_error(e: &Error) -> u8 {
     match e {
-        Error::InvalidInput(InputError::InvalidUrl { .. }) => CONNECTION,
+        Error::InvalidInput(InputError::InvalidUrl { .. } | InputError::DuplicateServer { .. }) => {
+            CONNECTION
+        }
         Error::InvalidInput(_) => USAGE,
         Error::LockLost { .. } => LOCK_LOST,
         _ => CONNECTION,

@@ -2,6 +2,7 @@
 //! and a demo that shows why it is safe.
 
 mod demo;
+mod duration;
 mod exit;
 mod run;
 mod status;
@@ -10,6 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+pub use duration::parse_duration;
 
 #[derive(Parser)]
 #[command(
@@ -85,11 +88,6 @@ enum Command {
     /// One worker of the demo (used by `fencelock demo`).
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
-}
-
-/// Parses a duration like `500ms`, `2s`, `1m`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 2s, 1m)"))
 }
 
 fn main() -> ExitCode {

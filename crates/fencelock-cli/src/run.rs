@@ -20,19 +20,19 @@ pub struct RunArgs {
     /// The lock name.
     #[arg(long, value_name = "NAME")]
     key: String,
-    /// Wait at most this long for the lock (default: wait forever).
+    /// Wait at most this long for the lock, up to 7d (default: wait forever).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
     wait: Option<Duration>,
     /// Fail at once if the lock is held by someone else.
     #[arg(long)]
     no_wait: bool,
-    /// The lease; renewed every lease/3 while PROGRAM runs.
+    /// The lease (10ms to 7d); renewed every lease/3 while PROGRAM runs.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
     lease: Duration,
     /// Exit status when the lock is held by someone else or --wait times out.
     #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
     conflict_exit_code: u8,
-    /// When the lock is lost, how long PROGRAM gets between SIGTERM and SIGKILL.
+    /// When the lock is lost, how long PROGRAM gets between SIGTERM and SIGKILL (up to 7d).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
     kill_grace: Duration,
     /// Run PROGRAM and ARGS as one command line through `sh -c`.

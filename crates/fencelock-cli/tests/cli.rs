@@ -627,3 +627,66 @@ async fn status_shows_the_waiters_and_a_dead_ones_expired_place() {
     assert_eq!(next.owner(), "live-waiter");
     next.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn huge_durations_are_usage_errors() {
+    let server = RedisServer::start().unwrap();
+    // Durations beyond 7 days are usage errors, not a panic (--wait) nor "forever"
+    // (--kill-grace).
+    for (flag, value) in [
+        ("--wait", "1000years"),
+        ("--wait", "7days 1ms"),
+        ("--kill-grace", "30d"),
+        ("--lease", "8d"),
+        ("--wait", "99999999999999999999999s"),
+    ] {
+        let out = output(&server, &["run", "--key", "k", flag, value, "--", "true"]).await;
+        assert_eq!(
+            out.status.code(),
+            Some(USAGE),
+            "{flag} {value}: {:?}",
+            text(&out)
+        );
+        let (_, err) = text(&out);
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+        assert!(!err.contains("panicked"), "{flag} {value}: {err}");
+    }
+    // The longest values are accepted.
+    let out = output(
+        &server,
+        &[
+            "run",
+            "--key",
+            "k",
+            "--wait",
+            "7d",
+            "--kill-grace",
+            "7d",
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{:?}", text(&out));
+}
+
+#[tokio::test]
+async fn one_server_named_three_times_is_a_configuration_error() {
+    let server = RedisServer::start().unwrap();
+    // `localhost` and 127.0.0.1 are one server; the message names the URLs, without password.
+    let urls = [
+        format!("redis://:hunter2@localhost:{}", server.port()),
+        server.url(),
+        server.url(),
+    ];
+    let mut args = vec!["run"];
+    for u in &urls {
+        args.extend(["--url", u]);
+    }
+    args.extend(["--key", "k", "--", "true"]);
+    let out = output(&server, &args).await;
+    assert_eq!(out.status.code(), Some(CONNECTION), "{:?}", text(&out));
+    let (_, err) = text(&out);
+    assert!(err.contains("same server"), "{err}");
+    assert!(!err.contains("hunter2"), "password printed: {err}");
+}

@@ -70,6 +70,45 @@ pub enum InputError {
         /// Why it was rejected.
         reason: String,
     },
+    /// A timeout longer than [`crate::MAX_TIMEOUT`]: almost certainly a unit mistake, and
+    /// beyond what a deadline can be computed for on some platforms. There is no "no timeout"
+    /// value: [`crate::Lock::acquire`] waits without a bound.
+    #[error("{option} of {timeout:?} is longer than the maximum of {max:?}")]
+    TimeoutTooLong {
+        /// The option or method (`connect_timeout`, `response_timeout`, `acquire_timeout`).
+        option: &'static str,
+        /// The rejected timeout.
+        timeout: Duration,
+        /// The maximum.
+        max: Duration,
+    },
+    /// The clock-drift margin ([`crate::ClientOptions::clock_drift`]: `lease * factor + min`)
+    /// is not shorter than the lease it is taken from, so a guard would count as lost from
+    /// the moment it was acquired.
+    #[error(
+        "the clock-drift margin of {margin:?} is not shorter than the lease of {lease:?}; \
+         every guard would be lost at once (lower clock_drift or lengthen the lease)"
+    )]
+    DriftTooLarge {
+        /// The lease.
+        lease: Duration,
+        /// The margin for that lease (`Duration::MAX` if it overflows).
+        margin: Duration,
+    },
+    /// RedLock: two of the URLs reach the same server (same address after name resolution,
+    /// whatever the database, password or spelling), so a "majority" could be one server.
+    #[error(
+        "RedLock servers {first:?} and {second:?} are the same server ({address}); \
+         a majority needs independent servers"
+    )]
+    DuplicateServer {
+        /// The first URL, with any password replaced by `***`.
+        first: String,
+        /// The URL that repeats it, with any password replaced by `***`.
+        second: String,
+        /// The address both reach.
+        address: String,
+    },
     /// A client option out of its range.
     #[error("option {option} is invalid: {reason}")]
     InvalidOption {

@@ -116,9 +116,12 @@ impl Guard {
     }
 
     /// Extends the lease to at least `lease` from now (it never shortens it). Fails with
-    /// [`crate::Error::LockLost`] if the lock is no longer held.
+    /// [`crate::Error::LockLost`] if the lock is no longer held. `lease` is checked as a
+    /// lock's lease is (bounds, whole milliseconds, longer than the clock-drift margin),
+    /// before any I/O.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         validate_lease(lease)?;
+        self.client.ctx.options.validate_drift(lease)?;
         if !self.state.is_held() {
             return Err(self.state.lost_error());
         }

@@ -35,7 +35,7 @@ pub use error::{Error, InputError, Result, ServerOutcome};
 pub use guard::Guard;
 pub use lock::{Contended, Lock};
 pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};
-pub use options::{ClientOptions, LockOptions, MAX_LEASE, MIN_LEASE};
+pub use options::{ClientOptions, LockOptions, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE};
 pub use status::{LockStatus, Waiter};
 
 /// The repository README's Rust examples compile.

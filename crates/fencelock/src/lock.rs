@@ -135,6 +135,7 @@ impl Lock {
             Some(lease) => (lease, false),
             None => (self.client.ctx.options.default_lease, true),
         };
+        self.client.ctx.options.validate_drift(lease)?;
         self.client.service.check(&self.options, lease)?;
         Ok(LockRequest {
             keys,
@@ -174,9 +175,22 @@ impl Lock {
     }
 
     /// Like [`Lock::acquire`], but gives up after `timeout` with [`crate::Error::Timeout`].
+    ///
+    /// `timeout` is at most [`crate::MAX_TIMEOUT`]; a longer one (`Duration::MAX` included)
+    /// is not read as "no timeout" but rejected with [`InputError::TimeoutTooLong`], before
+    /// any I/O. To wait without a bound, use [`Lock::acquire`].
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Guard> {
-        let deadline = Some((Instant::now() + timeout, timeout));
-        self.ask(Wait::Until(deadline))
+        crate::options::validate_timeout("acquire_timeout", timeout)?;
+        // Within the maximum this cannot fail on the platforms fencelock runs on; if it does,
+        // the deadline is beyond what this clock can represent: still too long.
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .ok_or(InputError::TimeoutTooLong {
+                option: "acquire_timeout",
+                timeout,
+                max: crate::MAX_TIMEOUT,
+            })?;
+        self.ask(Wait::Until(Some((deadline, timeout))))
             .instrument(tracing::debug_span!("acquire", lock = %self.name, ?timeout))
             .await?
             .map_err(|busy| self.busy_error(busy))

@@ -9,6 +9,12 @@ pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// The longest lease accepted (7 days): longer is almost certainly a unit mistake.
 pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The longest timeout accepted: [`ClientOptions::connect_timeout`],
+/// [`ClientOptions::response_timeout`], [`crate::Lock::acquire_timeout`] (7 days, as
+/// [`MAX_LEASE`]). Longer is almost certainly a unit mistake, and is rejected with
+/// [`InputError::TimeoutTooLong`] rather than read as "no timeout".
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// Per-lock options.
 ///
 /// ```
@@ -101,13 +107,19 @@ impl Default for ClientOptions {
 
 impl ClientOptions {
     /// The lease of locks acquired without an explicit lease; the watchdog renews it every
-    /// lease/3. Default 30 s.
+    /// lease/3. Default 30 s. Between [`MIN_LEASE`] and [`MAX_LEASE`], whole milliseconds, and
+    /// longer than the clock-drift margin taken from it (see [`ClientOptions::clock_drift`]);
+    /// checked when the client connects.
     pub fn default_lease(mut self, lease: Duration) -> Self {
         self.default_lease = lease;
         self
     }
 
     /// How long one connection attempt may take. Default 2 s.
+    ///
+    /// Above zero and at most [`MAX_TIMEOUT`]: a longer one (`Duration::MAX` included) is not
+    /// read as "no timeout" but rejected when the client connects, with
+    /// [`InputError::TimeoutTooLong`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -115,6 +127,10 @@ impl ClientOptions {
 
     /// How long a request may wait for its reply before it fails with
     /// [`crate::Error::Unavailable`]. Default 2 s.
+    ///
+    /// Above zero and at most [`MAX_TIMEOUT`]: a longer one (`Duration::MAX` included) is not
+    /// read as "no timeout" but rejected when the client connects, with
+    /// [`InputError::TimeoutTooLong`].
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -122,6 +138,13 @@ impl ClientOptions {
 
     /// The clock-drift margin taken off every lease on the client side: `lease * factor + min`.
     /// Defaults: 0.01 and 2 ms (the RedLock paper's values).
+    ///
+    /// `factor` must be in `[0, 0.5)`. The margin must be shorter than every lease it is taken
+    /// from, or a guard would count as lost the moment it is acquired: the client rejects it
+    /// on connect for the default lease, and a lock with an explicit lease (or
+    /// [`crate::Guard::extend`]) on its first use for that lease, with
+    /// [`InputError::DriftTooLarge`] before any I/O. A `min` too large to add
+    /// (`Duration::MAX`) is rejected the same way.
     pub fn clock_drift(mut self, factor: f64, min: Duration) -> Self {
         self.drift_factor = factor;
         self.drift_min = min;
@@ -137,35 +160,56 @@ impl ClientOptions {
 
     pub(crate) fn validate(&self) -> Result<(), InputError> {
         validate_lease(self.default_lease)?;
-        if self.connect_timeout.is_zero() {
-            return Err(InputError::InvalidOption {
-                option: "connect_timeout",
-                reason: "must be longer than zero",
-            });
+        for (option, timeout) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+        ] {
+            if timeout.is_zero() {
+                return Err(InputError::InvalidOption {
+                    option,
+                    reason: "must be longer than zero",
+                });
+            }
+            validate_timeout(option, timeout)?;
         }
-        if self.response_timeout.is_zero() {
-            return Err(InputError::InvalidOption {
-                option: "response_timeout",
-                reason: "must be longer than zero",
-            });
-        }
+        self.validate_drift(self.default_lease)
+    }
+
+    /// Checks the drift factor, and that the margin leaves some of `lease` (a validated lease).
+    pub(crate) fn validate_drift(&self, lease: Duration) -> Result<(), InputError> {
         if !(0.0..0.5).contains(&self.drift_factor) {
             return Err(InputError::InvalidOption {
                 option: "clock_drift",
                 reason: "factor must be in [0, 0.5)",
             });
         }
-        Ok(())
+        // `lease * factor` is at most half a lease: it cannot overflow; adding `min` can.
+        let margin = lease
+            .mul_f64(self.drift_factor)
+            .checked_add(self.drift_min)
+            .filter(|margin| *margin < lease);
+        match margin {
+            Some(_) => Ok(()),
+            None => Err(InputError::DriftTooLarge {
+                lease,
+                margin: self.drift(lease),
+            }),
+        }
     }
 
-    /// The part of a lease the client does not trust, because clocks drift.
+    /// The part of a lease the client does not trust, because clocks drift. Saturates, but
+    /// for any lease that passed [`ClientOptions::validate_drift`] it is exact and shorter
+    /// than the lease.
     pub(crate) fn drift(&self, lease: Duration) -> Duration {
-        lease.mul_f64(self.drift_factor) + self.drift_min
+        lease
+            .mul_f64(self.drift_factor)
+            .saturating_add(self.drift_min)
     }
 
-    /// The longest any single request may take end to end, reconnection included.
+    /// The longest any single request may take end to end, reconnection included. Both
+    /// timeouts are at most [`MAX_TIMEOUT`] once validated, so the sum cannot saturate.
     pub(crate) fn request_bound(&self) -> Duration {
-        self.connect_timeout + self.response_timeout
+        self.connect_timeout.saturating_add(self.response_timeout)
     }
 }
 
@@ -181,6 +225,18 @@ pub(crate) fn validate_acks(replicas: u32, timeout: Duration) -> Result<(), Inpu
         return Err(InputError::InvalidOption {
             option: "min_replica_acks",
             reason: "the timeout must be a whole number of milliseconds above zero (WAIT 0 would wait forever)",
+        });
+    }
+    Ok(())
+}
+
+/// Checks a timeout against [`MAX_TIMEOUT`] (`option` names it in the error).
+pub(crate) fn validate_timeout(option: &'static str, timeout: Duration) -> Result<(), InputError> {
+    if timeout > MAX_TIMEOUT {
+        return Err(InputError::TimeoutTooLong {
+            option,
+            timeout,
+            max: MAX_TIMEOUT,
         });
     }
     Ok(())
@@ -242,5 +298,56 @@ mod tests {
     fn drift_is_a_fraction_plus_a_floor() {
         let o = ClientOptions::default();
         assert_eq!(o.drift(Duration::from_secs(30)), Duration::from_millis(302));
+    }
+
+    #[test]
+    fn the_drift_margin_must_leave_some_of_the_lease() {
+        let ms = Duration::from_millis;
+        let o = ClientOptions::default().clock_drift(0.0, ms(100));
+        assert!(o.validate_drift(ms(101)).is_ok());
+        for lease in [ms(100), ms(10)] {
+            assert!(
+                matches!(
+                    o.validate_drift(lease),
+                    Err(InputError::DriftTooLarge { margin, .. }) if margin == ms(100)
+                ),
+                "{lease:?}"
+            );
+        }
+        let o = ClientOptions::default().clock_drift(0.49, Duration::MAX);
+        assert!(matches!(
+            o.validate_drift(MAX_LEASE),
+            Err(InputError::DriftTooLarge {
+                margin: Duration::MAX,
+                ..
+            })
+        ));
+        assert!(ClientOptions::default().validate_drift(MIN_LEASE).is_ok());
+        for factor in [f64::NAN, -0.1, 0.5, f64::INFINITY] {
+            let o = ClientOptions::default().clock_drift(factor, ms(1));
+            assert!(
+                matches!(
+                    o.validate_drift(MAX_LEASE),
+                    Err(InputError::InvalidOption { .. })
+                ),
+                "{factor}"
+            );
+        }
+    }
+
+    #[test]
+    fn timeouts_have_a_maximum() {
+        assert!(validate_timeout("t", MAX_TIMEOUT).is_ok());
+        for too_long in [MAX_TIMEOUT + Duration::from_nanos(1), Duration::MAX] {
+            assert!(matches!(
+                validate_timeout("t", too_long),
+                Err(InputError::TimeoutTooLong { option: "t", .. })
+            ));
+        }
+        let longest = ClientOptions::default()
+            .connect_timeout(MAX_TIMEOUT)
+            .response_timeout(MAX_TIMEOUT);
+        assert!(longest.validate().is_ok());
+        assert_eq!(longest.request_bound(), MAX_TIMEOUT * 2);
     }
 }

@@ -321,8 +321,10 @@ async fn a_majority_without_validity_left_counts_as_failed() {
         .release()
         .await
         .unwrap();
-    // A drift margin as long as the lease: no acquisition can have validity left.
-    let options = ClientOptions::default().clock_drift(0.0, Duration::from_secs(10));
+    // A drift margin a nanosecond short of the lease (one as long as the lease is refused as
+    // input): no acquisition can have validity left after its round trips.
+    let options = ClientOptions::default()
+        .clock_drift(0.0, Duration::from_secs(10) - Duration::from_nanos(1));
     let client = redlock(&servers, options).await;
     let lock = client
         .lock("no-validity")
