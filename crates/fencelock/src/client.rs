@@ -33,7 +33,12 @@ impl Client {
     /// - `redis://host:port[/db]` (password: `redis://:password@host:port`): one server;
     /// - `redis+cluster://host:port,host:port,...`: a Redis Cluster (seed nodes);
     /// - `redis+sentinel://host:port,host:port,.../master-name[/db]`: the master that the
-    ///   sentinels name, followed through failovers.
+    ///   sentinels name, followed through failovers;
+    /// - `zk://host:port[,host:port...][/base/path]` (feature `zookeeper`): a ZooKeeper
+    ///   ensemble; a lock named N is the node `<base>/N` (base `/fencelock` by default), with
+    ///   Apache Curator's `InterProcessMutex` layout. The client's session is the lease of
+    ///   every lock it holds: its timeout is [`ClientOptions::default_lease`] as the server
+    ///   negotiated it (a different one is reported in [`Client::warnings`]).
     ///
     /// For RedLock over independent servers see [`Client::connect_all`].
     ///
@@ -49,7 +54,8 @@ impl Client {
 
     /// RedLock: one lock over N independent Redis masters (N odd: 3 or 5 typically), held
     /// when a majority grants it. Requests go to all servers in parallel; see docs/SAFETY.md
-    /// for what this guarantees. With one URL this is [`Client::connect`].
+    /// for what this guarantees. With one URL this is [`Client::connect`]. Several `zk://` URLs
+    /// are an input error: name the ensemble's servers in one URL.
     pub async fn connect_all(urls: &[&str]) -> Result<Self> {
         Self::connect_all_with(urls, ClientOptions::default()).await
     }
@@ -57,13 +63,6 @@ impl Client {
     /// [`Client::connect_all`] with explicit options.
     pub async fn connect_all_with(urls: &[&str], options: ClientOptions) -> Result<Self> {
         options.validate()?;
-        if urls.is_empty() || urls.len().is_multiple_of(2) {
-            return Err(crate::InputError::InvalidOption {
-                option: "urls",
-                reason: "RedLock needs an odd number of servers (1, 3, 5, ...)",
-            }
-            .into());
-        }
         let inner = Shared::connect(urls, options).await?;
         Ok(Self { inner })
     }
