@@ -5,6 +5,14 @@ ensure_servers() {
   local missing=()
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v redis-benchmark >/dev/null || missing+=(redis-tools)
+  # ZooKeeper runs from Debian's jars under java (the test kit starts it itself, no service);
+  # Curator's jars are for the interop tests. Debian's headless JRE can compile the small Java
+  # program those tests use (java -m jdk.compiler), so no JDK is needed.
+  [ -n "${FENCELOCK_JAVA:-}" ] || command -v java >/dev/null || missing+=(default-jre-headless)
+  [ -n "${FENCELOCK_ZOOKEEPER_CLASSPATH:-}" ] || [ -f /usr/share/java/zookeeper.jar ] \
+    || missing+=(zookeeper)
+  [ -n "${FENCELOCK_CURATOR_CLASSPATH:-}" ] || [ -f /usr/share/java/curator-recipes.jar ] \
+    || missing+=(libcurator-recipes-java)
   [ ${#missing[@]} -eq 0 ] && return 0
   local sudo=""
   if [ "$(id -u)" -ne 0 ]; then
@@ -16,6 +24,7 @@ ensure_servers() {
   echo "fencelock: installing ${missing[*]} with apt-get" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-  # The package starts a system Redis on 6379; the project never uses it (it starts its own
-  # servers on free ports), so leave it as the package manager set it up.
+  # redis-server starts a system Redis on 6379; the project never uses it (it starts its own
+  # servers on free ports), so leave it as the package manager set it up. The zookeeper
+  # package starts no server (zookeeperd would).
 }

@@ -1,4 +1,4 @@
-//! Real servers for fencelock's tests, demo and benchmarks.
+//! Real servers for fencelock's tests, demo and benchmarks: Redis and ZooKeeper.
 //!
 //! [`RedisServer`] starts a `redis-server` process on a free loopback port (never 6379) in a
 //! temporary folder, and can pause (SIGSTOP/SIGCONT), kill and restart it on the same port. The
@@ -20,16 +20,67 @@
 //!
 //! [`SentinelSet`] and [`RedisCluster`] start whole topologies (a master, a replica and three
 //! sentinels; three masters with a replica each) and fail them over on demand.
+//!
+//! # ZooKeeper
+//!
+//! [`ZooKeeperServer`] runs Debian's ZooKeeper (`apt-get install zookeeper
+//! default-jre-headless`) under `java` in the same way: a standalone server on a free loopback
+//! port, with its data and log in a temporary folder, that can pause, be killed and restart
+//! with its data. Its tick is 200 ms and it grants session timeouts from 400 ms to 60 s
+//! ([`zookeeper::MIN_SESSION_TIMEOUT_MS`], [`zookeeper::MAX_SESSION_TIMEOUT_MS`]), so that
+//! tests of session expiry stay short. [`ZooKeeperEnsemble`] starts three members and tells
+//! which one leads; each member is a [`ZooKeeperServer`] to kill, pause or restart.
+//! [`four_letter`] sends a four-letter word (`ruok`, `srvr`, `mntr`, …) to a server.
+//!
+//! ```no_run
+//! use fencelock_testkit::{ZooKeeperEnsemble, ZooKeeperServer};
+//! use std::time::Duration;
+//!
+//! let server = ZooKeeperServer::start()?;              // JVM: about a second
+//! assert_eq!(server.mode().as_deref(), Some("standalone"));
+//! assert_eq!(server.url(), format!("zk://127.0.0.1:{}", server.port()));
+//!
+//! let mut ensemble = ZooKeeperEnsemble::start()?;      // one leader, two followers
+//! let leader = ensemble.leader().expect("a leader");
+//! ensemble.member_mut(leader).kill();
+//! let new_leader = ensemble.wait_for_leader(Duration::from_secs(30))?;
+//! assert_ne!(new_leader, leader);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`CuratorLock`] runs Apache Curator's `InterProcessMutex` (Debian's
+//! `libcurator-recipes-java`) in a Java process of its own, driven line by line, so that
+//! tests can check that fencelock's ZooKeeper locks and Curator's exclude each other:
+//!
+//! ```no_run
+//! use fencelock_testkit::{CuratorLock, ZooKeeperServer};
+//! use std::time::Duration;
+//!
+//! let server = ZooKeeperServer::start()?;
+//! let mut holder = CuratorLock::spawn(&server.connect_string(), "/locks/job")?;
+//! let node = holder.wait_acquired(Duration::from_secs(30))?;
+//! assert!(node.starts_with("/locks/job/_c_"));            // …/_c_<uuid>-lock-0000000000
+//! holder.release()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The test kit's own blocking calls (starting a server, waiting for a Curator process) should
+//! not run on an async runtime thread that a ZooKeeper client's session needs: use
+//! `tokio::task::block_in_place` or `spawn_blocking`.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod curator;
 mod redis;
 mod resp;
 mod topology;
+pub mod zookeeper;
 
+pub use curator::{CuratorLock, CuratorLockBuilder};
 pub use redis::{Persistence, RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespError};
 pub use topology::{ClusterNode, RedisCluster, SentinelSet};
+pub use zookeeper::{four_letter, ZooKeeperEnsemble, ZooKeeperServer, ZooKeeperServerBuilder};
 
 /// Something the test kit could not do.
 #[derive(Debug)]
@@ -47,6 +98,11 @@ pub enum TestkitError {
         /// What went wrong, with the tail of the server's log.
         detail: String,
     },
+    /// A helper program (e.g. [`CuratorLock`]) failed, or did not do what was asked in time.
+    Process {
+        /// What went wrong, with what the program printed.
+        detail: String,
+    },
     /// An operating-system call failed.
     Io(std::io::Error),
 }
@@ -56,6 +112,7 @@ impl std::fmt::Display for TestkitError {
         match self {
             Self::Missing { program, hint } => write!(f, "{program} not found: {hint}"),
             Self::Start { detail } => write!(f, "server did not start: {detail}"),
+            Self::Process { detail } => write!(f, "{detail}"),
             Self::Io(e) => write!(f, "{e}"),
         }
     }
