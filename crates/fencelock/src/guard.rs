@@ -116,7 +116,8 @@ impl Guard {
     }
 
     /// Extends the lease to at least `lease` from now (it never shortens it). Fails with
-    /// [`crate::Error::LockLost`] if the lock is no longer held.
+    /// [`crate::Error::LockLost`] if the lock is no longer held. On ZooKeeper a lock lasts as
+    /// long as the client's session, and this fails with [`crate::Error::Unsupported`].
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         validate_lease(lease)?;
         if !self.state.is_held() {
