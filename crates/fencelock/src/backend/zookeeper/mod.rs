@@ -34,6 +34,9 @@ mod recipe;
 mod session;
 mod url;
 
+/// How long a waiter pauses before asking again after a connection loss.
+const RETRY: Duration = Duration::from_millis(100);
+
 /// The service's name in errors.
 const SERVICE: &str = "ZooKeeper";
 
@@ -268,6 +271,17 @@ impl Inner {
             }
         }
         self.alive(name)?;
+        if self.holdings.holds(name, request.owner) {
+            // Held, but the server has not been heard from for the session timeout: the
+            // holding may be gone, and a second node of this owner would queue behind it.
+            return Err(Error::Unavailable {
+                lock: Some(name.clone()),
+                server: self.session.server.clone(),
+                detail: "not heard from ZooKeeper within the session timeout; the session \
+                         (and this owner's holding) may have expired"
+                    .into(),
+            });
+        }
         let mut attempt = Attempt {
             session: self.session.clone(),
             background: ctx.background.clone(),
@@ -319,8 +333,23 @@ impl Inner {
             .map_err(fail)?;
         attempt.node = Some(node.path.clone());
         let mut checked = false;
+        // A waiter outlives a connection loss: its node stays while the session does.
+        let waits = matches!(wait, Wait::Until(_));
+        let transient = |e: &zk::Error| {
+            waits
+                && matches!(e, zk::Error::ConnectionLoss | zk::Error::Timeout)
+                && !session.ended.is_cancelled()
+                && deadline.is_none_or(|at| tokio::time::Instant::now() < at)
+        };
         loop {
-            let (holder, before) = match recipe::place(session, dir, &node).await.map_err(fail)? {
+            let placed = match recipe::place(session, dir, &node).await {
+                Err(e) if transient(&e) => {
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+                placed => placed.map_err(fail)?,
+            };
+            let (holder, before) = match placed {
                 Some(Place::Holder) => return Ok(Some(node)),
                 Some(Place::Behind { holder, before }) => (holder, before),
                 None => {
@@ -339,11 +368,11 @@ impl Inner {
             if matches!(wait, Wait::No) {
                 return Ok(None);
             }
-            if !recipe::wait_for(session, &before, deadline)
-                .await
-                .map_err(fail)?
-            {
-                return Ok(None);
+            match recipe::wait_for(session, &before, deadline).await {
+                Ok(true) => {}
+                Ok(false) => return Ok(None),
+                Err(e) if transient(&e) => tokio::time::sleep(RETRY).await,
+                Err(e) => return Err(fail(e)),
             }
         }
     }
