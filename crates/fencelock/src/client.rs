@@ -38,7 +38,12 @@ impl Client {
     /// - `redis://host:port[/db]` (password: `redis://:password@host:port`): one server;
     /// - `redis+cluster://host:port,host:port,...`: a Redis Cluster (seed nodes);
     /// - `redis+sentinel://host:port,host:port,.../master-name[/db]`: the master that the
-    ///   sentinels name, followed through failovers.
+    ///   sentinels name, followed through failovers;
+    /// - `zk://host:port[,host:port...][/base/path]` (feature `zookeeper`): a ZooKeeper
+    ///   ensemble; a lock named N is the node `<base>/N` (base `/fencelock` by default), with
+    ///   Apache Curator's `InterProcessMutex` layout. The client's session is the lease of
+    ///   every lock it holds: its timeout is [`ClientOptions::default_lease`] as the server
+    ///   negotiated it (a different one is reported in [`Client::warnings`]).
     ///
     /// For RedLock over independent servers see [`Client::connect_all`].
     ///
@@ -54,7 +59,8 @@ impl Client {
 
     /// RedLock: one lock over N independent Redis masters (N odd: 3 or 5 typically), held
     /// when a majority grants it. Requests go to all servers in parallel; see docs/SAFETY.md
-    /// for what this guarantees. With one URL this is [`Client::connect`].
+    /// for what this guarantees. With one URL this is [`Client::connect`]. Several `zk://` URLs
+    /// are an input error: name the ensemble's servers in one URL.
     ///
     /// The servers must be distinct: two URLs that reach the same address (after resolving
     /// host names, so `localhost` and `127.0.0.1` are one server; whatever the database or
@@ -68,14 +74,10 @@ impl Client {
     /// [`Client::connect_all`] with explicit options.
     pub async fn connect_all_with(urls: &[&str], options: ClientOptions) -> Result<Self> {
         options.validate()?;
-        if urls.is_empty() || urls.len().is_multiple_of(2) {
-            return Err(crate::InputError::InvalidOption {
-                option: "urls",
-                reason: "RedLock needs an odd number of servers (1, 3, 5, ...)",
-            }
-            .into());
-        }
-        if urls.len() > 1 {
+        // A RedLock set (an odd number of Redis URLs; `Shared::connect` refuses the rest
+        // before any I/O) must name distinct servers.
+        let redlock = urls.len() > 1 && !urls.len().is_multiple_of(2);
+        if redlock && urls.iter().all(|u| !u.starts_with("zk://")) {
             check_distinct(urls, options.connect_timeout).await?;
         }
         let inner = Shared::connect(urls, options).await?;

@@ -28,6 +28,17 @@ pub enum InputError {
         /// The rejected name.
         name: String,
     },
+    /// The lock name cannot be used by the lock service (ZooKeeper: it would not be one node
+    /// of a path: `/`, `.` or `..`, or characters ZooKeeper refuses in paths).
+    #[error("lock name {name:?} is invalid for {service}: {reason}")]
+    InvalidName {
+        /// The rejected name.
+        name: String,
+        /// The lock service that refuses it.
+        service: &'static str,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
     /// A lease of zero.
     #[error("lease must be longer than zero")]
     ZeroLease,
@@ -230,6 +241,17 @@ pub enum Error {
         server: String,
         /// The server's message, naming the counter key.
         detail: String,
+    },
+    /// The lock service cannot do what was asked, by its nature (e.g. [`crate::Guard::extend`]
+    /// on ZooKeeper, where a lock lasts as long as the client's session). Nothing was sent.
+    #[error("{what} is not supported by {service}: {why}")]
+    Unsupported {
+        /// The lock service (`"ZooKeeper"`).
+        service: &'static str,
+        /// What was asked.
+        what: &'static str,
+        /// Why the service cannot do it.
+        why: &'static str,
     },
     /// [`crate::Client::close`] found background work (releases, undos, RedLock requests
     /// still in flight) unfinished after its bound, or failed: a server that did not answer

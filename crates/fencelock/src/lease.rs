@@ -40,6 +40,12 @@ pub(crate) enum Lost {
     Renewal,
     /// An extension found the hold gone.
     Extension,
+    /// The session the hold lived in (ZooKeeper) expired or was closed.
+    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+    Session,
+    /// The hold's node was deleted by someone else (ZooKeeper: a forced unlock).
+    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+    Deleted,
 }
 
 impl Lost {
@@ -48,6 +54,8 @@ impl Lost {
             Lost::Deadline => "the lease deadline passed without a successful renewal",
             Lost::Renewal => "a renewal found the lock deleted or held by another owner",
             Lost::Extension => "an extension found the lock deleted or held by another owner",
+            Lost::Session => "the ZooKeeper session expired or was closed",
+            Lost::Deleted => "the lock's node was deleted by another client (forced unlock)",
         }
     }
 
@@ -57,6 +65,8 @@ impl Lost {
             Lost::Deadline => "deadline",
             Lost::Renewal => "renewal",
             Lost::Extension => "extension",
+            Lost::Session => "session",
+            Lost::Deleted => "deleted",
         }
     }
 }

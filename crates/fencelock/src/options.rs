@@ -32,7 +32,8 @@ impl LockOptions {
     /// A fixed lease: the lock is held for at most this long unless [`crate::Guard::extend`] is
     /// called, and the watchdog does not renew it. Without this option the client's default
     /// lease applies and the watchdog renews it every lease/3 until release. Re-entering a
-    /// lock never shortens the lease it already has.
+    /// lock never shortens the lease it already has. ZooKeeper has no per-lock lease (the
+    /// client's session is the lease): there this option is an input error.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self

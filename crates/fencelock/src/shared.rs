@@ -11,9 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::abandoned::Abandoned;
 use crate::backend::redis::RedisFamily;
+#[cfg(feature = "zookeeper")]
+use crate::backend::zookeeper::ZooKeeper;
 use crate::backend::{Ctx, Service};
 use crate::background::Background;
-use crate::error::{Error, Result};
+use crate::error::{Error, InputError, Result};
 use crate::lease::LeaseState;
 use crate::options::ClientOptions;
 use crate::watchdog::{BoxFuture, Renewals, Renewer, Watchdog};
@@ -46,11 +48,9 @@ impl Shared {
         let (background, work) = Background::new();
         let (watchdog, runner) = Watchdog::new(options.clone(), work);
         let watchdog = Arc::new(watchdog);
-        // Boxed, as the seam's operations are: the connect futures nest deeply (RedLock).
-        let connecting = Box::pin(RedisFamily::connect(urls, &options, &background));
-        let (family, warnings) = connecting.await?;
+        let (service, warnings) = connect_service(urls, &options, &background).await?;
         let shared = Arc::new(Self {
-            service: Service::Redis(family),
+            service,
             ctx: Ctx {
                 watchdog: watchdog.clone(),
                 background,
@@ -92,4 +92,52 @@ impl Shared {
         }
         Ok(())
     }
+}
+
+/// Picks the lock service by the URL's scheme and connects it: `zk://` (one URL, the ensemble
+/// comma-separated in it) or the Redis family (one URL, or RedLock's odd number of them).
+async fn connect_service(
+    urls: &[&str],
+    options: &ClientOptions,
+    background: &Background,
+) -> Result<(Service, Vec<String>)> {
+    if urls.iter().any(|u| u.starts_with("zk://")) {
+        let [url] = urls else {
+            let list: Vec<String> = urls.iter().map(|u| crate::redact_url(u)).collect();
+            return Err(InputError::InvalidUrl {
+                url: list.join(" "),
+                reason: "ZooKeeper takes one zk:// URL that lists the ensemble's servers, \
+                         comma-separated; several URLs (RedLock) are for Redis only"
+                    .into(),
+            }
+            .into());
+        };
+        return connect_zookeeper(url, options).await;
+    }
+    if urls.is_empty() || urls.len().is_multiple_of(2) {
+        return Err(InputError::InvalidOption {
+            option: "urls",
+            reason: "RedLock needs an odd number of servers (1, 3, 5, ...)",
+        }
+        .into());
+    }
+    // Boxed, as the seam's operations are: the connect futures nest deeply (RedLock).
+    let connecting = Box::pin(RedisFamily::connect(urls, options, background));
+    let (family, warnings) = connecting.await?;
+    Ok((Service::Redis(family), warnings))
+}
+
+#[cfg(feature = "zookeeper")]
+async fn connect_zookeeper(url: &str, options: &ClientOptions) -> Result<(Service, Vec<String>)> {
+    let (zk, warnings) = Box::pin(ZooKeeper::connect(url, options)).await?;
+    Ok((Service::ZooKeeper(zk), warnings))
+}
+
+#[cfg(not(feature = "zookeeper"))]
+async fn connect_zookeeper(url: &str, _options: &ClientOptions) -> Result<(Service, Vec<String>)> {
+    Err(InputError::InvalidUrl {
+        url: url.to_owned(),
+        reason: "fencelock was built without its `zookeeper` feature".into(),
+    }
+    .into())
 }

@@ -37,6 +37,10 @@ pub struct LockStatus {
 /// listed past its window is a waiter that died or cannot reach the server: the release script
 /// skips it and removes it when it comes to it, and it also goes when the queue keys expire.
 /// Ages are measured on the server's clock.
+///
+/// ZooKeeper: the waiters' nodes in queue order; the age is counted from the node's creation
+/// time (the server's clock against this host's), and `window` and `remaining` are zero, as a
+/// place lasts as long as its waiter's session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Waiter {

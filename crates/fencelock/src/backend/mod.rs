@@ -21,6 +21,8 @@ use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 
 pub(crate) mod redis;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;
 
 pub(crate) use self::redis::server::RawStatus;
 
@@ -88,6 +90,9 @@ pub enum Released {
 pub(crate) enum Service {
     /// Redis: one server, Sentinel, Cluster, or RedLock over several servers.
     Redis(redis::RedisFamily),
+    /// ZooKeeper (feature `zookeeper`): Curator's lock layout, one session per client.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(zookeeper::ZooKeeper),
 }
 
 impl Service {
@@ -95,6 +100,8 @@ impl Service {
     pub(crate) fn server(&self) -> String {
         match self {
             Service::Redis(r) => r.server(),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => z.server(),
         }
     }
 
@@ -102,6 +109,8 @@ impl Service {
     pub(crate) fn check(&self, options: &LockOptions, lease: Duration) -> Result<(), InputError> {
         match self {
             Service::Redis(r) => r.check(options, lease),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => z.check(options, lease),
         }
     }
 
@@ -119,6 +128,8 @@ impl Service {
     ) -> BoxFuture<'a, Result<Acquired, Error>> {
         match self {
             Service::Redis(r) => Box::pin(r.acquire(ctx, request, wait)),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => Box::pin(z.acquire(ctx, request, wait)),
         }
     }
 
@@ -130,6 +141,8 @@ impl Service {
     ) -> BoxFuture<'a, Result<Released, Error>> {
         match self {
             Service::Redis(r) => Box::pin(r.release(ctx, hold)),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => Box::pin(z.release(ctx, hold)),
         }
     }
 
@@ -137,6 +150,8 @@ impl Service {
     pub(crate) fn release_later(&self, ctx: &Ctx, hold: &Arc<LeaseState>) {
         match self {
             Service::Redis(r) => r.release_later(ctx, hold),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => z.release_later(ctx, hold),
         }
     }
 
@@ -148,6 +163,8 @@ impl Service {
     ) -> BoxFuture<'a, Result<Released, Error>> {
         match self {
             Service::Redis(r) => Box::pin(r.release_owner(keys, owner)),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => Box::pin(z.release_owner(keys, owner)),
         }
     }
 
@@ -159,6 +176,8 @@ impl Service {
     ) -> BoxFuture<'a, Result<Renewal, Error>> {
         match self {
             Service::Redis(r) => Box::pin(r.extend(hold, lease)),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => Box::pin(std::future::ready(z.extend())),
         }
     }
 
@@ -166,6 +185,8 @@ impl Service {
     pub(crate) fn renew(&self, holds: Vec<Arc<LeaseState>>) -> BoxFuture<'_, Renewals> {
         match self {
             Service::Redis(r) => Box::pin(r.renew(holds)),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => Box::pin(std::future::ready(z.renew())),
         }
     }
 
@@ -176,6 +197,8 @@ impl Service {
     ) -> BoxFuture<'a, Result<RawStatus, Error>> {
         match self {
             Service::Redis(r) => Box::pin(r.status(keys)),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => Box::pin(z.status(keys)),
         }
     }
 
@@ -186,6 +209,8 @@ impl Service {
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
         match self {
             Service::Redis(r) => Box::pin(r.force_unlock(keys)),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => Box::pin(z.force_unlock(keys)),
         }
     }
 }

@@ -1,0 +1,144 @@
+//! Re-entry, counted in the client: per (lock, owner), the node this session holds, its
+//! token, and one id per hold (each guard's), so that a stale guard never gives back a newer
+//! holding.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::lease::{LeaseState, Lost};
+
+/// One holding: a lock node of this session and the holds (guards) over it.
+struct Holding {
+    path: String,
+    token: u64,
+    holds: Vec<(u64, Weak<LeaseState>)>,
+    /// The node's delete is on its way: no re-entry into it.
+    closing: bool,
+}
+
+/// What giving back one hold does.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The hold is not (any more) one of this owner's holding.
+    NotHeld,
+    /// Holds are left.
+    StillHeld(u64),
+    /// It was the last hold: delete this node, then call [`Holdings::deleted`].
+    Last(String),
+}
+
+/// Every holding of the client's session.
+#[derive(Default)]
+pub(crate) struct Holdings {
+    map: Mutex<HashMap<(String, Arc<str>), Holding>>,
+}
+
+type Map = HashMap<(String, Arc<str>), Holding>;
+
+impl Holdings {
+    fn map(&self) -> std::sync::MutexGuard<'_, Map> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Re-enters the owner's holding, if it has one that is not being deleted: `make` builds
+    /// the new hold's lease from the holding's token. Returns it and the hold count.
+    pub(crate) fn reenter(
+        &self,
+        name: &str,
+        owner: &Arc<str>,
+        make: impl FnOnce(u64) -> (u64, Arc<LeaseState>),
+    ) -> Option<(Arc<LeaseState>, u64)> {
+        let mut map = self.map();
+        let holding = map.get_mut(&(name.to_owned(), owner.clone()))?;
+        if holding.closing {
+            return None;
+        }
+        let (id, lease) = make(holding.token);
+        holding.holds.push((id, Arc::downgrade(&lease)));
+        Some((lease, holding.holds.len() as u64))
+    }
+
+    /// A new holding with its first hold. One left in the map (its node was deleted, or is
+    /// being deleted) is replaced: the new node being the lowest shows the old one is gone.
+    pub(crate) fn insert(
+        &self,
+        name: &str,
+        owner: &Arc<str>,
+        path: String,
+        lease: &Arc<LeaseState>,
+    ) {
+        let holding = Holding {
+            path,
+            token: lease.hold.token,
+            holds: vec![(lease.hold.id, Arc::downgrade(lease))],
+            closing: false,
+        };
+        self.map().insert((name.to_owned(), owner.clone()), holding);
+    }
+
+    /// Gives back hold `id` (`None`: the newest) of the owner's holding.
+    pub(crate) fn give_back(&self, name: &str, owner: &Arc<str>, id: Option<u64>) -> Step {
+        let mut map = self.map();
+        let Some(holding) = map.get_mut(&(name.to_owned(), owner.clone())) else {
+            return Step::NotHeld;
+        };
+        let at = match id {
+            Some(id) => holding.holds.iter().position(|(h, _)| *h == id),
+            None if holding.closing => None,
+            None => holding.holds.len().checked_sub(1),
+        };
+        let Some(at) = at else {
+            return Step::NotHeld;
+        };
+        if holding.holds.len() > 1 {
+            holding.holds.remove(at);
+            return Step::StillHeld(holding.holds.len() as u64);
+        }
+        holding.closing = true;
+        Step::Last(holding.path.clone())
+    }
+
+    /// The node of a [`Step::Last`] was deleted (`true`), or the delete failed and the hold
+    /// stays, to be given back again.
+    pub(crate) fn deleted(&self, name: &str, owner: &Arc<str>, path: &str, done: bool) {
+        let mut map = self.map();
+        let key = (name.to_owned(), owner.clone());
+        if let Some(holding) = map.get_mut(&key).filter(|h| h.path == path) {
+            if done {
+                map.remove(&key);
+            } else {
+                holding.closing = false;
+            }
+        }
+    }
+
+    /// The node `path` is gone without our delete (a forced unlock): its holds are lost.
+    pub(crate) fn vanished(&self, name: &str, owner: &Arc<str>, path: &str) {
+        let key = (name.to_owned(), owner.clone());
+        let holding = {
+            let mut map = self.map();
+            match map.get(&key) {
+                Some(h) if h.path == path && !h.closing => map.remove(&key),
+                _ => None,
+            }
+        };
+        for (_, lease) in holding.into_iter().flat_map(|h| h.holds) {
+            if let Some(lease) = lease.upgrade() {
+                lease.fire_lost(Lost::Deleted);
+            }
+        }
+    }
+
+    /// The owner's hold count on the node `path`, if this client holds it.
+    pub(crate) fn count(&self, name: &str, path: &str) -> Option<u64> {
+        let map = self.map();
+        map.iter()
+            .find(|((n, _), h)| n == name && h.path == path)
+            .map(|(_, h)| h.holds.len() as u64)
+    }
+
+    /// Whether this client holds the lock as `owner`.
+    pub(crate) fn holds(&self, name: &str, owner: &Arc<str>) -> bool {
+        self.map().contains_key(&(name.to_owned(), owner.clone()))
+    }
+}

@@ -1,0 +1,172 @@
+//! Releases, status and forced unlocks.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use zookeeper_client as zk;
+
+use super::holdings::Step;
+use super::{recipe, url, Inner, SERVICE};
+use crate::backend::{RawStatus, Released};
+use crate::error::Error;
+use crate::status::Waiter;
+
+/// The lock's children, read together with their data.
+struct Children {
+    /// `(path, owner id from the data, stat)` in queue order.
+    nodes: Vec<(String, String, zk::Stat)>,
+}
+
+impl Inner {
+    /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the node. A
+    /// delete that fails keeps the hold, so that a later give-back tries again.
+    pub(super) async fn give_back(
+        &self,
+        name: &str,
+        owner: &Arc<str>,
+        id: Option<u64>,
+    ) -> Result<Released, Error> {
+        let path = match self.holdings.give_back(name, owner, id) {
+            Step::NotHeld => return Ok(Released::NotHeld),
+            Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
+            Step::Last(path) => path,
+        };
+        match self.session.call(|zk| zk.delete(&path, None)).await {
+            Ok(()) => {
+                self.holdings.deleted(name, owner, &path, true);
+                Ok(Released::Released)
+            }
+            // Gone already: force-unlocked, or with the session that ended.
+            Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => {
+                self.holdings.deleted(name, owner, &path, true);
+                Ok(Released::NotHeld)
+            }
+            Err(e) => {
+                self.holdings.deleted(name, owner, &path, false);
+                Err(self.fail(Some(name), e))
+            }
+        }
+    }
+
+    /// `Lock::release`: the owner's newest hold in this client. A holding of this owner id in
+    /// another session cannot be released from here (typed error); none is `NotHeld`.
+    pub(super) async fn release_owner(
+        &self,
+        name: &str,
+        owner: &Arc<str>,
+    ) -> Result<Released, Error> {
+        url::check_name(name)?;
+        if self.holdings.holds(name, owner) {
+            return self.give_back(name, owner, None).await;
+        }
+        let children = self.children(name).await?;
+        match children.nodes.first() {
+            Some((_, holder, stat))
+                if **holder == **owner && stat.ephemeral_owner != self.session.id =>
+            {
+                Err(Error::Unsupported {
+                    service: SERVICE,
+                    what: "releasing a lock that another ZooKeeper session holds",
+                    why: "the lock is an ephemeral node of the holder's session; only that \
+                          client releases it (or Client::force_unlock deletes it)",
+                })
+            }
+            _ => Ok(Released::NotHeld),
+        }
+    }
+
+    /// The lock's children in queue order with their data, read in one multi-read; a node
+    /// deleted between the listing and the read is left out.
+    async fn children(&self, name: &str) -> Result<Children, Error> {
+        let dir = self.dir(name);
+        let fail = |e| self.fail(Some(name), e);
+        let listed = match self.session.call(|zk| zk.list_children(&dir)).await {
+            Err(zk::Error::NoNode) => Vec::new(),
+            other => other.map_err(fail)?,
+        };
+        let paths: Vec<String> = recipe::sorted(listed)
+            .into_iter()
+            .map(|c| format!("{dir}/{c}"))
+            .collect();
+        if paths.is_empty() {
+            return Ok(Children { nodes: Vec::new() });
+        }
+        let read = self
+            .session
+            .call(|zk| {
+                let mut reader = zk.new_multi_reader();
+                for path in &paths {
+                    // Paths built from a checked name and a listed child are valid.
+                    let _ = reader.add_get_data(path);
+                }
+                reader.commit()
+            })
+            .await
+            .map_err(fail)?;
+        let nodes = paths
+            .into_iter()
+            .zip(read)
+            .filter_map(|(path, result)| match result {
+                zk::MultiReadResult::Data { data, stat } => {
+                    Some((path, String::from_utf8_lossy(&data).into_owned(), stat))
+                }
+                _ => None,
+            })
+            .collect();
+        Ok(Children { nodes })
+    }
+
+    /// The holder (owner id, hold count if this client holds it, token) and the waiters.
+    pub(super) async fn status(&self, name: &str) -> Result<RawStatus, Error> {
+        url::check_name(name)?;
+        let children = self.children(name).await?;
+        let mut nodes = children.nodes.into_iter();
+        let Some((path, owner, stat)) = nodes.next() else {
+            return Ok(RawStatus {
+                remaining: None,
+                held: false,
+                last_token: None,
+                current_token: None,
+                owners: Vec::new(),
+                waiters: Vec::new(),
+            });
+        };
+        let count = self.holdings.count(name, &path).unwrap_or(1);
+        let token = u64::try_from(stat.czxid).ok();
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let waiters = nodes
+            .map(|(_, owner, stat)| Waiter {
+                owner,
+                age: Duration::from_millis(now_ms.saturating_sub(stat.ctime).max(0) as u64),
+                window: Duration::ZERO,
+                remaining: Duration::ZERO,
+                expired: false,
+                unreadable: None,
+            })
+            .collect();
+        Ok(RawStatus {
+            remaining: None,
+            held: true,
+            last_token: token,
+            current_token: token,
+            owners: vec![(owner, count)],
+            waiters,
+        })
+    }
+
+    /// Deletes the holder's node; the next waiter's watch fires and it takes the lock.
+    pub(super) async fn force_unlock(&self, name: &str) -> Result<Vec<(String, u64)>, Error> {
+        url::check_name(name)?;
+        let children = self.children(name).await?;
+        let Some((path, owner, _)) = children.nodes.into_iter().next() else {
+            return Ok(Vec::new());
+        };
+        match self.session.call(|zk| zk.delete(&path, None)).await {
+            Ok(()) => Ok(vec![(owner, 1)]),
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            Err(e) => Err(self.fail(Some(name), e)),
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Apache Curator's `InterProcessMutex` layout, written for fencelock.
+//!
+//! A lock named N is the node `<base>/N` (a container node); each attempt creates an
+//! ephemeral sequential child `_c_<guid>-lock-<10 digits>` holding the owner id. The lowest
+//! sequence holds the lock; a waiter watches only the node just before its own, so a release
+//! wakes one waiter, in arrival order. Creation is protected: after a lost reply, the attempt
+//! finds its node again by its GUID (and its `ephemeralOwner`), never making a second one.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use super::session::Session;
+
+/// The ACL of every node fencelock creates.
+const ACLS: zk::Acls<'static> = zk::Acls::anyone_all();
+
+/// How a lock child's name ends before its sequence.
+const LOCK_MARK: &str = "lock-";
+
+/// The sequence number of a lock child, as Curator sorts them (after the last `lock-`).
+pub(crate) fn sequence(child: &str) -> Option<u64> {
+    let at = child.rfind(LOCK_MARK)? + LOCK_MARK.len();
+    let digits = &child[at..];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The lock children in sequence order (other children are not locks: left out).
+pub(crate) fn sorted(children: Vec<String>) -> Vec<String> {
+    let mut locks: Vec<(u64, String)> = children
+        .into_iter()
+        .filter_map(|c| sequence(&c).map(|s| (s, c)))
+        .collect();
+    locks.sort();
+    locks.into_iter().map(|(_, c)| c).collect()
+}
+
+/// A fresh GUID in the form Curator uses (a random UUID).
+pub(crate) fn guid() -> String {
+    let v: u128 = rand::random();
+    let h = format!("{v:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// A node this session created: its path and its creation zxid (the fencing token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Node {
+    pub(crate) path: String,
+    pub(crate) czxid: i64,
+}
+
+impl Node {
+    /// The node's name within the lock's folder.
+    pub(crate) fn name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+}
+
+/// Creates the lock's folder (a container) and, if missing, the base path.
+async fn make_dir(session: &Session, dir: &str) -> Result<(), zk::Error> {
+    let container = zk::CreateMode::Container.with_acls(ACLS);
+    match session.call(|zk| zk.create(dir, &[], &container)).await {
+        Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+        Err(zk::Error::NoNode) => {
+            let base = dir.rsplit_once('/').map_or("/", |(b, _)| b);
+            let persistent = zk::CreateMode::Persistent.with_acls(ACLS);
+            session.call(|zk| zk.mkdir(base, &persistent)).await?;
+            match session.call(|zk| zk.create(dir, &[], &container)).await {
+                Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates the attempt's node, protected: after a lost reply, finds it by its GUID (ours only
+/// if its `ephemeralOwner` is this session) before trying again.
+pub(crate) async fn create(
+    session: &Session,
+    dir: &str,
+    guid: &str,
+    owner: &str,
+) -> Result<Node, zk::Error> {
+    let prefix = format!("{dir}/_c_{guid}-{LOCK_MARK}");
+    let mode = zk::CreateMode::EphemeralSequential.with_acls(ACLS);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match session
+            .call(|zk| zk.create(&prefix, owner.as_bytes(), &mode))
+            .await
+        {
+            Ok((stat, seq)) => {
+                return Ok(Node {
+                    path: format!("{prefix}{seq}"),
+                    czxid: stat.czxid,
+                })
+            }
+            Err(zk::Error::NoNode) if tries < 4 => make_dir(session, dir).await?,
+            Err(e @ (zk::Error::ConnectionLoss | zk::Error::Timeout)) => {
+                // Requests of one session run in order: this listing runs after the create,
+                // so it sees the node if the create ran.
+                if let Some(node) = find(session, dir, guid).await? {
+                    return Ok(node);
+                }
+                if tries >= 3 {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The node of attempt `guid` that this session owns, if there is one.
+pub(crate) async fn find(
+    session: &Session,
+    dir: &str,
+    guid: &str,
+) -> Result<Option<Node>, zk::Error> {
+    let mark = format!("_c_{guid}-");
+    let children = match session.call(|zk| zk.list_children(dir)).await {
+        Err(zk::Error::NoNode) => return Ok(None),
+        other => other?,
+    };
+    for child in children.into_iter().filter(|c| c.starts_with(&mark)) {
+        let path = format!("{dir}/{child}");
+        match session.call(|zk| zk.get_data(&path)).await {
+            Ok((_, stat)) if stat.ephemeral_owner == session.id => {
+                return Ok(Some(Node {
+                    path,
+                    czxid: stat.czxid,
+                }))
+            }
+            Ok(_) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// Removes what attempt `guid` may have left: its node if known, else whatever node of this
+/// session carries its GUID. A node already gone is fine.
+pub(crate) async fn undo(
+    session: &Session,
+    dir: &str,
+    guid: &str,
+    node: Option<&str>,
+) -> Result<(), zk::Error> {
+    let path = match node {
+        Some(path) => path.to_owned(),
+        None => match find(session, dir, guid).await? {
+            Some(node) => node.path,
+            None => return Ok(()),
+        },
+    };
+    match session.call(|zk| zk.delete(&path, None)).await {
+        Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Where an attempt stands in the lock's queue.
+pub(crate) enum Place {
+    /// Its node is the lowest: it holds the lock.
+    Holder,
+    /// It waits: the holder's node and the node just before its own.
+    Behind { holder: String, before: String },
+}
+
+/// Lists the lock's children and places `node` among them; `None` if the node is gone.
+pub(crate) async fn place(
+    session: &Session,
+    dir: &str,
+    node: &Node,
+) -> Result<Option<Place>, zk::Error> {
+    let children = sorted(session.call(|zk| zk.list_children(dir)).await?);
+    let Some(at) = children.iter().position(|c| c == node.name()) else {
+        return Ok(None);
+    };
+    Ok(Some(match at {
+        0 => Place::Holder,
+        _ => Place::Behind {
+            holder: format!("{dir}/{}", children[0]),
+            before: format!("{dir}/{}", children[at - 1]),
+        },
+    }))
+}
+
+/// Waits until the node `before` changes (it is deleted, normally), the session ends, or
+/// `deadline` passes (`false`). A node already gone returns at once.
+pub(crate) async fn wait_for(
+    session: &Arc<Session>,
+    before: &str,
+    deadline: Option<Instant>,
+) -> Result<bool, zk::Error> {
+    let watcher = match session.call(|zk| zk.get_and_watch_data(before)).await {
+        Ok((_, _, watcher)) => watcher,
+        Err(zk::Error::NoNode) => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let until = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = watcher.changed() => Ok(true),
+        _ = session.ended.cancelled() => Err(zk::Error::SessionExpired),
+        _ = until => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_sort_by_sequence_as_curator_does() {
+        let children = vec![
+            "_c_b-lock-0000000012".to_owned(),
+            "other".to_owned(),
+            "_c_a-lock-0000000003".to_owned(),
+            "x-lock-".to_owned(),
+            "_c_c-lock-0000000100".to_owned(),
+        ];
+        assert_eq!(
+            sorted(children),
+            [
+                "_c_a-lock-0000000003",
+                "_c_b-lock-0000000012",
+                "_c_c-lock-0000000100"
+            ]
+        );
+        assert_eq!(sequence("_c_x-lock-0000000007"), Some(7));
+        assert_eq!(sequence("lock-12a"), None);
+    }
+
+    #[test]
+    fn guids_look_like_uuids() {
+        let g = guid();
+        assert_eq!(g.len(), 36);
+        assert_eq!(g.matches('-').count(), 4);
+        assert_ne!(g, guid());
+    }
+}

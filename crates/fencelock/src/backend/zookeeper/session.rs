@@ -1,0 +1,256 @@
+//! The client's ZooKeeper session: the lease of every lock the client holds.
+//!
+//! The server expires a session when it has heard nothing from the client for the negotiated
+//! session timeout, counted from the last request it *received*. The client cannot see that
+//! moment, so it bounds it from below: `heard` is the *send* time of the last request of ours
+//! the server answered (the server received it later, and renewed the session then). Every
+//! hold of the session counts as lost at `heard + timeout - drift`. While the client holds
+//! nothing it still sends a probe (`exists /`) every quarter of the timeout, and one at once
+//! after every reconnection, so that `heard` stays fresh while the connection is fine. A
+//! session that expired or was closed fires every hold's lost-lock signal at once.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use crate::error::Error;
+use crate::lease::{LeaseState, Lost};
+use crate::options::ClientOptions;
+
+/// How many probes per session timeout.
+const PROBES_PER_TIMEOUT: u32 = 4;
+
+/// One ZooKeeper session and what the client knows of its liveness.
+pub(crate) struct Session {
+    pub(crate) zk: zk::Client,
+    /// The negotiated session timeout.
+    pub(crate) timeout: Duration,
+    /// The session id (`ephemeralOwner` of the nodes it creates).
+    pub(crate) id: i64,
+    /// `host:port,...` for errors.
+    pub(crate) server: String,
+    heard: Mutex<Instant>,
+    drift: Duration,
+    response_timeout: Duration,
+    leases: Mutex<Leases>,
+    /// Cancelled when the session expired or was closed (terminal).
+    pub(crate) ended: CancellationToken,
+    stop: CancellationToken,
+}
+
+/// The holds that live in this session, weakly.
+#[derive(Default)]
+struct Leases {
+    all: Vec<Weak<LeaseState>>,
+    sweep_at: usize,
+}
+
+impl Session {
+    /// Opens a session asking for `options.default_lease` as its timeout, and starts its
+    /// monitor. Returns the session and the warnings (a negotiated timeout other than asked).
+    pub(crate) async fn connect(
+        hosts: &str,
+        options: &ClientOptions,
+    ) -> Result<(Arc<Self>, Vec<String>), Error> {
+        let asked = options.default_lease;
+        let connector = zk::Client::connector()
+            .with_session_timeout(asked)
+            .with_fail_eagerly();
+        let unavailable = |detail: String| Error::Unavailable {
+            lock: None,
+            server: hosts.to_owned(),
+            detail,
+        };
+        let sent = Instant::now();
+        let zk = match tokio::time::timeout(options.request_bound(), connector.connect(hosts)).await
+        {
+            Ok(Ok(zk)) => zk,
+            Ok(Err(e)) => return Err(unavailable(format!("cannot open a session: {e}"))),
+            Err(_) => return Err(unavailable("no session within the request bound".into())),
+        };
+        let timeout = zk.session_timeout();
+        let mut warnings = Vec::new();
+        tracing::debug!(session = %zk.session_id(), ?asked, negotiated = ?timeout, "ZooKeeper session");
+        if timeout != asked {
+            let w = format!(
+                "ZooKeeper negotiated a session timeout of {timeout:?} (asked for {asked:?}, \
+                 ClientOptions::default_lease); locks count as lost that long after the server \
+                 was last heard from"
+            );
+            tracing::warn!("{w}");
+            warnings.push(w);
+        }
+        let session = Arc::new(Self {
+            id: zk.session_id().0,
+            zk,
+            timeout,
+            server: hosts.to_owned(),
+            heard: Mutex::new(sent),
+            drift: options.drift(timeout),
+            response_timeout: options.response_timeout,
+            leases: Mutex::default(),
+            ended: CancellationToken::new(),
+            stop: CancellationToken::new(),
+        });
+        tokio::spawn(session.clone().monitor());
+        Ok((session, warnings))
+    }
+
+    /// Stops the monitor; the session closes when the last clone of its client is dropped.
+    pub(crate) fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Sends one request (built by `request`, which the client sends at once) bounded by the
+    /// response timeout, and notes its send time when the server answered it.
+    pub(crate) async fn call<'a, T, Fut>(
+        &'a self,
+        request: impl FnOnce(&'a zk::Client) -> Fut,
+    ) -> Result<T, zk::Error>
+    where
+        Fut: Future<Output = Result<T, zk::Error>> + 'a,
+    {
+        let sent = Instant::now();
+        let reply = request(&self.zk);
+        match tokio::time::timeout(self.response_timeout, reply).await {
+            Err(_) => Err(zk::Error::Timeout),
+            Ok(reply) => {
+                if answered(&reply) {
+                    self.heard(sent);
+                }
+                if matches!(
+                    reply,
+                    Err(zk::Error::SessionExpired | zk::Error::ClientClosed)
+                ) {
+                    self.end("a request found the session gone");
+                }
+                reply
+            }
+        }
+    }
+
+    fn heard(&self, sent: Instant) {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        *heard = (*heard).max(sent);
+    }
+
+    /// The instant after which the server may have expired the session: every hold of it
+    /// counts as lost then.
+    pub(crate) fn deadline(&self) -> Instant {
+        let heard = *self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        heard + self.timeout.saturating_sub(self.drift)
+    }
+
+    /// Whether the session may still be alive on the server.
+    pub(crate) fn is_live(&self) -> bool {
+        !self.ended.is_cancelled() && Instant::now() < self.deadline()
+    }
+
+    /// A hold that lives in this session: its deadline follows the session's, and its lost
+    /// signal fires when the session ends.
+    pub(crate) fn register(&self, lease: &Arc<LeaseState>) {
+        let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+        if leases.all.len() >= leases.sweep_at.max(64) {
+            leases
+                .all
+                .retain(|l| l.upgrade().is_some_and(|l| !l.is_finished()));
+            leases.sweep_at = 2 * leases.all.len();
+        }
+        leases.all.push(Arc::downgrade(lease));
+        if self.ended.is_cancelled() {
+            drop(leases);
+            lease.fire_lost(Lost::Session);
+        }
+    }
+
+    /// The live holds of this session.
+    fn live(&self) -> Vec<Arc<LeaseState>> {
+        let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+        let mut live = Vec::new();
+        leases.all.retain(|l| match l.upgrade() {
+            Some(l) if !l.is_finished() => {
+                live.push(l);
+                true
+            }
+            _ => false,
+        });
+        live
+    }
+
+    /// The session expired or was closed: every hold is lost, at once.
+    fn end(&self, why: &str) {
+        if self.ended.is_cancelled() {
+            return;
+        }
+        tracing::warn!(session = %zk::SessionId(self.id), why, "ZooKeeper session ended");
+        self.ended.cancel();
+        for lease in self.live() {
+            lease.fire_lost(Lost::Session);
+        }
+    }
+
+    /// Moves every live hold's deadline to the session's.
+    fn refresh(&self) {
+        let deadline = self.deadline();
+        for lease in self.live() {
+            let mut times = lease.times();
+            times.deadline = times.deadline.max(deadline);
+        }
+    }
+
+    /// Probes the server every quarter of the timeout and at once after a reconnection; ends
+    /// the session on a terminal state.
+    async fn monitor(self: Arc<Self>) {
+        let mut states = self.zk.state_watcher();
+        let every = self.timeout / PROBES_PER_TIMEOUT;
+        let mut next = Instant::now() + every;
+        loop {
+            tokio::select! {
+                _ = self.stop.cancelled() => break,
+                state = states.changed() => {
+                    tracing::debug!(session = %zk::SessionId(self.id), ?state, "ZooKeeper session state");
+                    if state.is_terminated() {
+                        self.end(&format!("the session is {state}"));
+                        break;
+                    }
+                    if state == zk::SessionState::SyncConnected {
+                        next = Instant::now();
+                    }
+                }
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            if Instant::now() >= next {
+                let probe = self.call(|zk| zk.check_stat("/"));
+                let ok = tokio::select! {
+                    _ = self.stop.cancelled() => break,
+                    reply = probe => reply.is_ok(),
+                };
+                if ok {
+                    self.refresh();
+                    next = Instant::now() + every;
+                } else {
+                    next = Instant::now() + every / 4;
+                }
+            }
+            if self.ended.is_cancelled() {
+                break;
+            }
+        }
+    }
+}
+
+/// Whether the server answered (a reply, or an error the server sent about the request).
+fn answered<T>(reply: &Result<T, zk::Error>) -> bool {
+    use zk::Error::*;
+    match reply {
+        Ok(_) => true,
+        Err(e) => matches!(
+            e,
+            NoNode | NodeExists | NotEmpty | BadVersion | NoAuth | NoChildrenForEphemerals
+        ),
+    }
+}
