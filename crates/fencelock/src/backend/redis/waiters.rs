@@ -273,3 +273,32 @@ impl Drop for Ticket {
         }
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! Release messages come from the server: any bytes parse without a panic, and only
+    //! `=grant <attempt> <token>` with two decimal `u64`s is a handover.
+
+    use proptest::prelude::*;
+
+    use super::parse_grant;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(5000))]
+
+        #[test]
+        fn any_message(message in prop::collection::vec(any::<u8>(), 0..64)) {
+            let _ = parse_grant(&message);
+        }
+
+        #[test]
+        fn grants(attempt: u64, token: u64, noise in "[ 0-9a-z=]{0,12}") {
+            let message = format!("=grant {attempt} {token}");
+            prop_assert_eq!(parse_grant(message.as_bytes()), Some((attempt, token)));
+            let noisy = format!("{message}{noise}");
+            if let Some((a, t)) = parse_grant(noisy.as_bytes()) {
+                prop_assert_eq!(format!("=grant {a} {t}"), noisy);
+            }
+        }
+    }
+}

@@ -275,29 +275,7 @@ impl RedisBackend {
         reply: &[Value],
         queued: bool,
     ) -> Result<AcquireReply, Error> {
-        match reply {
-            [Value::Int(1), Value::Int(count), token] => Ok(AcquireReply::Acquired {
-                token: self.token(keys, token)?,
-                count: u64::try_from(*count).map_err(|_| self.protocol(keys, "negative count"))?,
-            }),
-            [Value::Int(0), Value::Int(pttl)] => Ok(AcquireReply::Held {
-                remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                undo: false,
-                queued,
-            }),
-            other => Err(self.protocol(keys, &format!("acquire replied {other:?}"))),
-        }
-    }
-
-    fn token(&self, keys: &LockKeys, value: &Value) -> Result<u64, Error> {
-        let parsed = match value {
-            Value::BulkString(bytes) => {
-                std::str::from_utf8(bytes).ok().and_then(|s| s.parse().ok())
-            }
-            Value::Int(n) => u64::try_from(*n).ok(),
-            _ => None,
-        };
-        parsed.ok_or_else(|| self.protocol(keys, &format!("fencing token {value:?}")))
+        scripts::parse_acquire(reply, queued).map_err(|detail| self.protocol(keys, &detail))
     }
 
     /// Gives back the hold taken by attempt `hold` (and the place it took in the queue), or
@@ -487,62 +465,7 @@ impl RedisBackend {
             .arg(&keys.queue)
             .arg(&keys.waiting);
         let reply: Vec<Value> = self.run(keys, script, &call).await?;
-        let bad = |what: &str| self.protocol(keys, &format!("status reply: {what}"));
-        let [Value::Int(pttl), last, Value::Array(fields), Value::Array(time), Value::Array(queue)] =
-            reply.as_slice()
-        else {
-            return Err(bad(&format!("{reply:?}")));
-        };
-        let last_token = match last {
-            Value::Nil | Value::Boolean(false) => None,
-            v => Some(self.token(keys, v)?),
-        };
-        let mut status = RawStatus {
-            remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
-            held: *pttl != -2,
-            last_token,
-            current_token: None,
-            owners: Vec::new(),
-            waiters: Vec::new(),
-        };
-        for pair in fields.chunks(2) {
-            let [Value::BulkString(field), value] = pair else {
-                return Err(bad(&format!("lock field {pair:?}")));
-            };
-            let field = String::from_utf8_lossy(field).into_owned();
-            match field.as_str() {
-                "=token" => status.current_token = Some(self.token(keys, value)?),
-                f if f.starts_with('=') => {}
-                _ => status.owners.push((field, hold_count(value))),
-            }
-        }
-        // TIME: seconds and microseconds, as text.
-        let number = |v: &Value| match v {
-            Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse::<u64>().ok(),
-            Value::Int(n) => u64::try_from(*n).ok(),
-            _ => None,
-        };
-        let now_us = match time.as_slice() {
-            [secs, micros] => number(secs)
-                .zip(number(micros))
-                .and_then(|(s, us)| s.checked_mul(1_000_000)?.checked_add(us)),
-            _ => None,
-        }
-        .ok_or_else(|| bad(&format!("server time {time:?}")))?;
-        for pair in queue.chunks(2) {
-            let (owner, place) = match pair {
-                [Value::BulkString(owner), Value::BulkString(place)] => (owner, Some(place)),
-                [Value::BulkString(owner), Value::Nil | Value::Boolean(false)] => (owner, None),
-                _ => return Err(bad(&format!("queue entry {pair:?}"))),
-            };
-            let place = place.map(|p| String::from_utf8_lossy(p));
-            status.waiters.push(crate::status::Waiter::from_place(
-                String::from_utf8_lossy(owner).into_owned(),
-                place.as_deref(),
-                now_us,
-            ));
-        }
-        Ok(status)
+        scripts::parse_status(&reply).map_err(|detail| self.protocol(keys, &detail))
     }
 
     /// Deletes a lock whatever its owner and wakes its waiters. Returns the owners it had.

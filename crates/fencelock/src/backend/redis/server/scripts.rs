@@ -1,7 +1,13 @@
 //! The Lua scripts (hashed once per process, sent with EVALSHA) and what their replies mean.
+//! The reply parsers are plain functions of a server's reply: they never panic, whatever the
+//! server sends (fuzzed below), and say what was wrong in an error string.
+
+use std::time::Duration;
 
 use redis::{Script, Value};
 
+use super::RawStatus;
+use crate::backend::redis::engine::AcquireReply;
 use crate::lease::Renewal;
 
 /// A Lua script: its SHA for EVALSHA, and its source for SCRIPT LOAD after NOSCRIPT.
@@ -74,4 +80,211 @@ pub(super) fn evalsha(script: &Lua, keys: usize) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.script.get_hash()).arg(keys);
     cmd
+}
+
+/// An acquire script's reply: `{1, hold count, token}` or `{0, remaining lease in ms}`.
+pub(super) fn parse_acquire(reply: &[Value], queued: bool) -> Result<AcquireReply, String> {
+    match reply {
+        [Value::Int(1), Value::Int(count), token] => Ok(AcquireReply::Acquired {
+            token: parse_token(token)?,
+            count: u64::try_from(*count).map_err(|_| format!("negative hold count {count}"))?,
+        }),
+        [Value::Int(0), Value::Int(pttl)] => Ok(AcquireReply::Held {
+            remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            undo: false,
+            queued,
+        }),
+        other => Err(format!("acquire replied {}", brief(other))),
+    }
+}
+
+/// A fencing token: decimal text (or an integer) in `u64`.
+pub(super) fn parse_token(value: &Value) -> Result<u64, String> {
+    let parsed = match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok().and_then(|s| s.parse().ok()),
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    parsed.ok_or_else(|| format!("fencing token {}", brief(std::slice::from_ref(value))))
+}
+
+/// A status script's reply: `{pttl, last token, {field, value, ...}, TIME, {owner, place,
+/// ...}}`.
+pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
+    let [Value::Int(pttl), last, Value::Array(fields), Value::Array(time), Value::Array(queue)] =
+        reply
+    else {
+        return Err(format!("status replied {}", brief(reply)));
+    };
+    let last_token = match last {
+        Value::Nil | Value::Boolean(false) => None,
+        v => Some(parse_token(v)?),
+    };
+    let mut status = RawStatus {
+        remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
+        held: *pttl != -2,
+        last_token,
+        current_token: None,
+        owners: Vec::new(),
+        waiters: Vec::new(),
+    };
+    for pair in fields.chunks(2) {
+        let [Value::BulkString(field), value] = pair else {
+            return Err(format!("status: lock field {}", brief(pair)));
+        };
+        let field = String::from_utf8_lossy(field).into_owned();
+        match field.as_str() {
+            "=token" => status.current_token = Some(parse_token(value)?),
+            f if f.starts_with('=') => {}
+            _ => status.owners.push((field, hold_count(value))),
+        }
+    }
+    let now_us =
+        server_micros(time).ok_or_else(|| format!("status: server time {}", brief(time)))?;
+    for pair in queue.chunks(2) {
+        let (owner, place) = match pair {
+            [Value::BulkString(owner), Value::BulkString(place)] => (owner, Some(place)),
+            [Value::BulkString(owner), Value::Nil | Value::Boolean(false)] => (owner, None),
+            _ => return Err(format!("status: queue entry {}", brief(pair))),
+        };
+        let place = place.map(|p| String::from_utf8_lossy(p));
+        status.waiters.push(crate::status::Waiter::from_place(
+            String::from_utf8_lossy(owner).into_owned(),
+            place.as_deref(),
+            now_us,
+        ));
+    }
+    Ok(status)
+}
+
+/// `TIME`'s reply (seconds and microseconds, as text) in microseconds.
+fn server_micros(time: &[Value]) -> Option<u64> {
+    let number = |v: &Value| match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse::<u64>().ok(),
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    match time {
+        [secs, micros] => number(secs)
+            .zip(number(micros))
+            .and_then(|(s, us)| s.checked_mul(1_000_000)?.checked_add(us)),
+        _ => None,
+    }
+}
+
+/// A reply for an error message, cut to a bounded length.
+fn brief(reply: &[Value]) -> String {
+    const MAX: usize = 200;
+    let mut text = format!("{reply:?}");
+    if text.len() > MAX {
+        let mut cut = MAX;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
+}
+
+#[cfg(test)]
+mod fuzz {
+    //! Arbitrary server replies: the parsers never panic, accept only their documented
+    //! shapes, and keep their error text bounded.
+
+    use proptest::prelude::*;
+    use redis::Value;
+
+    use super::*;
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Nil),
+            Just(Value::Okay),
+            prop_oneof![
+                Just(i64::MIN),
+                Just(-2i64),
+                Just(-1),
+                Just(0),
+                Just(1),
+                Just(i64::MAX),
+                any::<i64>()
+            ]
+            .prop_map(Value::Int),
+            "(=token|=holds|[0-9]{1,21}|-?[0-9]{1,3}|[0-9]{1,20}( [0-9]{1,20}){0,3})"
+                .prop_map(|s| Value::BulkString(s.into_bytes())),
+            prop::collection::vec(any::<u8>(), 0..24).prop_map(Value::BulkString),
+            any::<String>().prop_map(Value::SimpleString),
+            any::<f64>().prop_map(Value::Double),
+            any::<bool>().prop_map(Value::Boolean),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                prop::collection::vec((inner.clone(), inner.clone()), 0..4).prop_map(Value::Map),
+                prop::collection::vec(inner, 0..4).prop_map(Value::Set),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        #[test]
+        fn acquire_replies(reply in prop::collection::vec(value(), 0..5), queued: bool) {
+            match parse_acquire(&reply, queued) {
+                Ok(AcquireReply::Acquired { .. }) => {
+                    prop_assert!(matches!(reply.as_slice(), [Value::Int(1), Value::Int(n), _] if *n >= 0));
+                }
+                Ok(AcquireReply::Held { .. }) => {
+                    prop_assert!(matches!(reply.as_slice(), [Value::Int(0), Value::Int(_)]));
+                }
+                Err(e) => prop_assert!(e.len() < 300),
+            }
+        }
+
+        #[test]
+        fn tokens(v in value()) {
+            if let Ok(t) = parse_token(&v) {
+                let text = t.to_string();
+                let same = matches!(&v, Value::Int(n) if *n >= 0)
+                    || matches!(&v, Value::BulkString(b) if b == text.as_bytes() || std::str::from_utf8(b).ok().and_then(|s| s.parse::<u64>().ok()) == Some(t));
+                prop_assert!(same);
+            }
+        }
+
+        #[test]
+        fn status_replies(reply in prop::collection::vec(value(), 0..6)) {
+            if let Err(e) = parse_status(&reply) {
+                prop_assert!(e.len() < 300);
+            }
+        }
+
+        #[test]
+        fn renewals_and_hold_counts(v in value(), ttl: i64) {
+            let _ = hold_count(&v);
+            prop_assert_eq!(renewal(ttl) == Renewal::Renewed, ttl >= 0);
+        }
+    }
+
+    #[test]
+    fn a_well_formed_status_parses() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = vec![
+            Value::Int(1500),
+            bulk("42"),
+            Value::Array(vec![
+                bulk("owner:1"),
+                bulk("7 9"),
+                bulk("=token"),
+                bulk("42"),
+            ]),
+            Value::Array(vec![bulk("1700000000"), bulk("5")]),
+            Value::Array(vec![bulk("waiter:2"), bulk("11 5000 1699999999000005")]),
+        ];
+        let status = parse_status(&reply).unwrap();
+        assert_eq!(status.owners, vec![("owner:1".to_string(), 2)]);
+        assert_eq!(status.current_token, Some(42));
+        assert_eq!(status.waiters.len(), 1);
+    }
 }
