@@ -28,9 +28,11 @@ struct Cli {
 /// Where the lock service is.
 #[derive(Args, Clone)]
 pub struct Connection {
-    /// Where the locks live: redis://host:6379[/db], redis+cluster://host:port,host:port,...
-    /// or redis+sentinel://host:port,host:port,.../master-name. Give --url several times
-    /// (an odd number) for RedLock over independent servers.
+    /// Where the locks live: redis://host:6379[/db], redis+cluster://host:port,host:port,...,
+    /// redis+sentinel://host:port,host:port,.../master-name, or ZooKeeper:
+    /// zk://host:port[,host:port...][/base/path] (the session timeout is the lease). Give
+    /// --url several times (an odd number of redis:// URLs) for RedLock over independent
+    /// servers.
     #[arg(long, env = "FENCELOCK_URL", default_value = "redis://127.0.0.1:6379")]
     pub url: Vec<String>,
     /// Server password (overrides one in the URL; never printed).

@@ -690,3 +690,52 @@ async fn one_server_named_three_times_is_a_configuration_error() {
     assert!(err.contains("same server"), "{err}");
     assert!(!err.contains("hunter2"), "password printed: {err}");
 }
+
+/// The same commands on ZooKeeper: a program runs under a `zk://` lock, `status` shows who
+/// holds it and its waiters, and `unlock --force` hands it to the next waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_status_and_unlock_take_zk_urls() {
+    let zk = tokio::task::spawn_blocking(fencelock_testkit::ZooKeeperServer::start)
+        .await
+        .unwrap()
+        .expect("start ZooKeeper");
+    let url = zk.url();
+    let cli = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fencelock"));
+        c.env_remove("FENCELOCK_PASSWORD")
+            .env("FENCELOCK_URL", &url)
+            .args(args)
+            .kill_on_drop(true);
+        c
+    };
+    let out = within(
+        30,
+        "run",
+        cli(&["run", "--key", "zk-job", "--lease", "5s", "--", "true"]).output(),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    let holder = Client::connect(&url).await.unwrap();
+    let guard = holder.lock("zk-job").acquire().await.unwrap();
+    let out = within(30, "status", cli(&["status", "zk-job", "--json"]).output())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(text(&out).0.contains(holder.id()), "{:?}", text(&out));
+    let mut waiting = cli(&["run", "--key", "zk-job", "--lease", "5s", "--", "true"]);
+    let waiting = waiting.spawn().unwrap();
+    let out = within(
+        30,
+        "unlock",
+        cli(&["unlock", "zk-job", "--force", "--yes"]).output(),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    within(10, "the holder is told", guard.lost()).await;
+    let out = within(30, "the waiter runs", waiting.wait_with_output())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+}
