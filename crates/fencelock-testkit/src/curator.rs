@@ -337,9 +337,7 @@ impl CuratorLock {
     }
 
     fn signal(&self, signal: Signal) {
-        if let Some(pid) = self.pid() {
-            let _ = kill(Pid::from_raw(pid as i32), signal);
-        }
+        crate::signal(self.pid(), signal);
     }
 
     /// Freezes the process (SIGSTOP): it sends nothing, so its session expires after the

@@ -143,3 +143,11 @@ pub fn free_port() -> std::io::Result<u16> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
     Ok(listener.local_addr()?.port())
 }
+
+/// Sends `signal` to a process this kit started (by its PID, never by name); a process that
+/// is gone is left alone.
+pub(crate) fn signal(pid: Option<u32>, signal: nix::sys::signal::Signal) {
+    if let Some(pid) = pid {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+    }
+}

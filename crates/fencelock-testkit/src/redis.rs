@@ -233,9 +233,7 @@ impl RedisServer {
     }
 
     fn signal(&self, signal: Signal) {
-        if let Some(pid) = self.pid() {
-            let _ = kill(Pid::from_raw(pid as i32), signal);
-        }
+        crate::signal(self.pid(), signal);
     }
 
     /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
