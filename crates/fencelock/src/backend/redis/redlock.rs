@@ -131,6 +131,11 @@ impl RedLock {
         sink: Weak<dyn ReleaseSink>,
         background: Background,
     ) -> Result<(Self, Vec<String>), Error> {
+        // Every URL is read before any server is reached: a malformed one is an input error,
+        // not something found after waiting for the others to connect (or time out).
+        for url in urls {
+            super::url::parse_target(url)?;
+        }
         let dedup = Arc::new(DedupSink {
             inner: sink,
             recent: Mutex::new(Default::default()),
