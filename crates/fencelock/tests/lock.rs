@@ -211,8 +211,9 @@ async fn lost_fires_when_the_server_is_paused_past_the_lease() {
     let server = server();
     let options = short_lease(500).response_timeout(Duration::from_secs(5));
     let client = client_with(&server, options).await;
-    let guard = client.lock("paused").acquire().await.unwrap();
+    // The deadline counts from when the acquire was sent: measure from before it.
     let acquired = tokio::time::Instant::now();
+    let guard = client.lock("paused").acquire().await.unwrap();
     server.pause();
     within(3.0, "lost while the server is paused", guard.lost()).await;
     // Not before the deadline (lease minus drift), and not much after.

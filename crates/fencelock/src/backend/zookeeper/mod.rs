@@ -362,7 +362,15 @@ impl Inner {
                 }
             };
             if !checked {
-                self.foreign(name, owner, &holder).await?;
+                match self.foreign(name, owner, &holder).await {
+                    // The check's read timed out (a paused server): like any read of a
+                    // waiter, it is tried again while the session lives.
+                    Err(Error::Unavailable { .. }) if transient(&zk::Error::Timeout) => {
+                        tokio::time::sleep(RETRY).await;
+                        continue;
+                    }
+                    checked_now => checked_now?,
+                }
                 checked = true;
             }
             if matches!(wait, Wait::No) {

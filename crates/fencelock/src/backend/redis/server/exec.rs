@@ -202,7 +202,7 @@ impl RedisBackend {
 
     /// Loads a script after NOSCRIPT (script cache flushed, server restarted or failed over).
     pub(super) async fn load(&self, lock: Option<&LockKeys>, script: &Lua) -> Result<(), Error> {
-        tracing::debug!(server = %self.server, "NOSCRIPT: loading the script");
+        tracing::debug!(server = %self.server, "loading a script");
         let mut load = redis::cmd("SCRIPT");
         load.arg("LOAD").arg(script.code);
         let _: String = self

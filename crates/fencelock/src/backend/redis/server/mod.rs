@@ -142,7 +142,34 @@ impl RedisBackend {
             request_bound: bound,
         };
         let warnings = backend.check_eviction_policy().await?;
+        backend.preload_scripts().await;
         Ok((backend, warnings))
+    }
+
+    /// Loads the scripts at connect (one pipelined round trip), so that a request rarely
+    /// meets NOSCRIPT: its second step (load, send again) could otherwise be cut off by a
+    /// response timeout while the server stalls, and an undo or release queued behind a late
+    /// grant would then never run. Best effort: a server that refuses `SCRIPT` still works
+    /// (NOSCRIPT is handled on every request). A Cluster loads per node on first use.
+    async fn preload_scripts(&self) {
+        if let Conn::Cluster(_) = self.conn {
+            return;
+        }
+        let s = scripts();
+        let all = [
+            &s.acquire,
+            &s.release,
+            &s.extend,
+            &s.status,
+            &s.force_unlock,
+            &s.raise_fence,
+        ];
+        let loads = all.iter().map(|script| self.load(None, script));
+        for result in futures_util::future::join_all(loads).await {
+            if let Err(e) = result {
+                tracing::debug!(server = %self.server, error = %e, "preloading a script failed");
+            }
+        }
     }
 
     /// `host:port` of the server, for errors and logs.
