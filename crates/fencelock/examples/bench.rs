@@ -781,6 +781,23 @@ round trips of the third-fastest server, not ten.\n\n\
   parallel; on separate hosts the five requests overlap and the pair approaches two round\n\
   trips of the server that completes the majority. Sequential fan-out would cost the sum of\n\
   all ten round trips.\n\
+- **ZooKeeper** misses both uncontended targets. A pair costs 4 server requests, not 3:\n\
+  `create` (the attempt's node), `getChildren` (its place: first, so held), `getData` with a\n\
+  watch on the new holding's own node (`Inner::watch` in `backend/zookeeper/mod.rs`, so that a\n\
+  forced delete fires the lost-lock signal; sent in the background, it does not delay the\n\
+  acquire but the server serves it) and `delete`. Curator sends 3 (it does not watch its own\n\
+  node). Three requests are awaited one after another, against the raw pair's two, so no\n\
+  recipe that lists the queue (Curator's included) can pass about 0.67 of raw `create` +\n\
+  `delete`; against raw `create` + `list` + `delete` fencelock reaches about 0.77, and\n\
+  Curator is slower still with fsync. A first round above 1 is the server's JIT warming\n\
+  during the raw loop. Under contention an acquisition costs 7 requests (Curator 5): the\n\
+  same 4, plus `getData` of the holder's node (the check that the same owner id does not\n\
+  hold it from another session), `getData` with a watch on the node just before one's own,\n\
+  and a second `getChildren` after the wake-up. Workers are served in arrival order (max/min\n\
+  under 1.05). The handoff gap (about 1.4 ms without fsync, on a par with Curator) is the\n\
+  `delete`, the notification and the `getChildren` of the next holder on a server that\n\
+  shares two cores with everything else; with `forceSync=yes` every `create` and `delete`\n\
+  waits for a disk flush, which roughly halves every figure.\n\
 - **10,000 locks** cost one timer-queue entry and one `LeaseState` each; renewals falling due\n\
   within 10 ms of each other go out as one pipeline of up to 1,000 commands.\n",
         cores = r["machine"]["cores"],
