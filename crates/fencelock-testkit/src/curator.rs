@@ -16,8 +16,9 @@ use nix::unistd::Pid;
 use crate::zookeeper::{classpath, java, JVM_OPTIONS};
 use crate::TestkitError;
 
-/// The program's source, compiled on first use.
+/// The programs' sources, compiled together on first use.
 const SOURCE: &str = include_str!("../java/CuratorLock.java");
+const BENCH_SOURCE: &str = include_str!("../java/CuratorBench.java");
 
 /// Curator 5.4 from Debian (`libcurator-recipes-java`; its manifest names the framework, the
 /// client, ZooKeeper, Guava and slf4j), and slf4j's simple binding (logs on stderr).
@@ -30,7 +31,7 @@ const CURATOR_HINT: &str =
 /// How long `release` waits for `RELEASED` and the exit.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Compiles `CuratorLock.java` once per source, Java and class path: into
+/// Compiles `CuratorLock.java` and `CuratorBench.java` once per sources, Java and class path: into
 /// `$TMPDIR/fencelock-curator-<hash>/`, shared by every test process (built in a folder of
 /// its own, then renamed into place, so that processes compiling at once do not collide).
 /// The compiler is the JDK's `jdk.compiler` module run by `java` itself, which Debian's
@@ -41,16 +42,19 @@ fn compiled(java: &PathBuf, cp: &str) -> Result<PathBuf, TestkitError> {
         .get_or_init(|| compile(java, cp).map_err(|e| e.to_string()))
         .clone()
         .map_err(|detail| TestkitError::Start {
-            detail: format!("compiling CuratorLock.java: {detail}"),
+            detail: format!("compiling CuratorLock.java and CuratorBench.java: {detail}"),
         })
 }
 
 fn compile(java: &PathBuf, cp: &str) -> Result<PathBuf, TestkitError> {
     let mut hasher = DefaultHasher::new();
-    (SOURCE, java, cp).hash(&mut hasher);
+    (SOURCE, BENCH_SOURCE, java, cp).hash(&mut hasher);
     let tmp = std::env::temp_dir();
     let target = tmp.join(format!("fencelock-curator-{:016x}", hasher.finish()));
-    if target.join("CuratorLock.class").is_file() {
+    let built = |dir: &std::path::Path| {
+        dir.join("CuratorLock.class").is_file() && dir.join("CuratorBench.class").is_file()
+    };
+    if built(&target) {
         return Ok(target);
     }
     let build = tempfile::Builder::new()
@@ -58,6 +62,8 @@ fn compile(java: &PathBuf, cp: &str) -> Result<PathBuf, TestkitError> {
         .tempdir_in(&tmp)?;
     let source = build.path().join("CuratorLock.java");
     fs::write(&source, SOURCE)?;
+    let bench = build.path().join("CuratorBench.java");
+    fs::write(&bench, BENCH_SOURCE)?;
     let out = Command::new(java)
         .args([
             "-m",
@@ -69,6 +75,7 @@ fn compile(java: &PathBuf, cp: &str) -> Result<PathBuf, TestkitError> {
         .arg("-cp")
         .arg(cp)
         .arg(&source)
+        .arg(&bench)
         .stdin(Stdio::null())
         .output()?;
     if !out.status.success() {
@@ -82,12 +89,41 @@ fn compile(java: &PathBuf, cp: &str) -> Result<PathBuf, TestkitError> {
         });
     }
     // Another process may have put its build there first: theirs is as good.
-    if fs::rename(build.path(), &target).is_err() && !target.join("CuratorLock.class").is_file() {
+    if fs::rename(build.path(), &target).is_err() && !built(&target) {
         return Err(TestkitError::Start {
             detail: format!("could not move the classes to {}", target.display()),
         });
     }
     Ok(target)
+}
+
+/// A command that runs `CuratorBench` (`java/CuratorBench.java` in this crate: Curator's
+/// `InterProcessMutex` measured as fencelock's benchmark measures its locks) with `args`
+/// (see the program's header for them and for its stdin/stdout protocol), compiled on first
+/// use with the Java and class path [`CuratorLock`] uses. Stdin and stdout are piped; stderr
+/// (Curator's log) is discarded.
+pub fn curator_bench(args: &[&str]) -> Result<Command, TestkitError> {
+    let java = java()?;
+    let cp = classpath(
+        "FENCELOCK_CURATOR_CLASSPATH",
+        CURATOR_CLASSPATH,
+        "curator-recipes.jar",
+        CURATOR_HINT,
+    )?;
+    let classes = compiled(&java, &cp)?;
+    let mut command = Command::new(&java);
+    command
+        .args(JVM_OPTIONS)
+        // The benchmark wants the optimizing compiler, which the test options turn off.
+        .arg("-XX:TieredStopAtLevel=4")
+        .arg("-cp")
+        .arg(format!("{}:{cp}", classes.display()))
+        .arg("CuratorBench")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    Ok(command)
 }
 
 /// Lines the program printed, and whether its stdout has closed.

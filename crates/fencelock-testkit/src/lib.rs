@@ -76,7 +76,7 @@ mod resp;
 mod topology;
 pub mod zookeeper;
 
-pub use curator::{CuratorLock, CuratorLockBuilder};
+pub use curator::{curator_bench, CuratorLock, CuratorLockBuilder};
 pub use redis::{Persistence, RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespError};
 pub use topology::{ClusterNode, RedisCluster, SentinelSet};

@@ -2,7 +2,8 @@
 //! measured against it in the same run as the reference, results as JSON and as
 //! docs/PERFORMANCE.md.
 //!
-//! `cargo run --release -p fencelock --example bench -- [--json PATH] [--markdown PATH] [--quick]`
+//! `cargo run --release -p fencelock --features zookeeper --example bench -- [--json PATH]
+//! [--markdown PATH] [--quick]` (without `--features zookeeper`: the Redis rows only).
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +13,10 @@ use std::time::{Duration, Instant};
 use fencelock::{Client, ClientOptions, LockOptions};
 use fencelock_testkit::RedisServer;
 use serde_json::{json, Value};
+
+#[cfg(feature = "zookeeper")]
+#[path = "bench/zookeeper.rs"]
+mod zookeeper;
 
 struct Args {
     json: String,
@@ -198,11 +203,18 @@ async fn distinct_keys(server: &RedisServer, tasks: usize, secs: f64) -> (f64, f
     )
 }
 
-/// Workers contending for one key, each holding it about 1 ms.
-async fn contended(server: &RedisServer, workers: usize, clients: usize, secs: f64) -> Value {
+/// Workers contending for one key, each holding it about 1 ms; `requests` counts what the
+/// server has received so far.
+async fn contended(
+    url: &str,
+    requests: &dyn Fn() -> u64,
+    workers: usize,
+    clients: usize,
+    secs: f64,
+) -> Value {
     let mut cs = Vec::new();
     for _ in 0..clients {
-        cs.push(Client::connect(&server.url()).await.unwrap());
+        cs.push(Client::connect(url).await.unwrap());
     }
     // Warm the scripts so that NOSCRIPT rounds do not count.
     cs[0]
@@ -218,7 +230,7 @@ async fn contended(server: &RedisServer, workers: usize, clients: usize, secs: f
     let waits = Arc::new(Mutex::new(Vec::new()));
     let overlaps = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicU64::new(0));
-    let commands_before = total_commands(server);
+    let requests_before = requests();
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let handles: Vec<_> = (0..workers)
         .map(|i| {
@@ -257,17 +269,7 @@ async fn contended(server: &RedisServer, workers: usize, clients: usize, secs: f
         per_worker.push(h.await.unwrap());
     }
     let acquisitions: u64 = per_worker.iter().sum();
-    let commands = total_commands(server) - commands_before;
-    if std::env::var_os("BENCH_DEBUG").is_some() {
-        eprintln!(
-            "{}",
-            server
-                .command(&["INFO", "commandstats"])
-                .unwrap()
-                .text()
-                .unwrap()
-        );
-    }
+    let sent = requests() - requests_before;
     let mut gaps = gaps.lock().unwrap().clone();
     gaps.sort();
     let mut waits = waits.lock().unwrap().clone();
@@ -284,7 +286,7 @@ async fn contended(server: &RedisServer, workers: usize, clients: usize, secs: f
         "handoff_gap_p99_us": percentile(&gaps, 0.99),
         "wait_p50_us": percentile(&waits, 0.5),
         "wait_p99_us": percentile(&waits, 0.99),
-        "redis_commands_per_acquisition": commands as f64 / acquisitions as f64,
+        "requests_per_acquisition": sent as f64 / acquisitions as f64,
         "overlaps": overlaps.load(Ordering::SeqCst),
     })
 }
@@ -477,8 +479,9 @@ fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
     let solo_multi = multi.block_on(uncontended(&url, args.secs));
     let (tasks64_multi, _, _) = multi.block_on(distinct_keys(&server, 64, args.secs));
     let ceiling = acquire_c1 / 2.0;
-    let one_client = multi.block_on(contended(&server, 8, 1, args.secs));
-    let eight_clients = multi.block_on(contended(&server, 8, 8, args.secs));
+    let commands = || total_commands(&server);
+    let one_client = multi.block_on(contended(&url, &commands, 8, 1, args.secs));
+    let eight_clients = multi.block_on(contended(&url, &commands, 8, 8, args.secs));
     server.command(&["FLUSHALL"]).unwrap();
     let many = multi.block_on(many_locks(
         &server,
@@ -514,6 +517,15 @@ fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
         pairs as f64 / start.elapsed().as_secs_f64()
     });
 
+    // ZooKeeper: the test kit's server (no fsync), then one with ZooKeeper's durable default.
+    #[cfg(feature = "zookeeper")]
+    let zookeeper = json!({
+        "no_fsync": zookeeper::run(multi, single, args.secs, false, true),
+        "fsync": zookeeper::run(multi, single, args.secs, true, true),
+    });
+    #[cfg(not(feature = "zookeeper"))]
+    let zookeeper = json!(null);
+
     let result = json!({
         "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) },
         "reference": {
@@ -543,6 +555,7 @@ fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
         "contended_8_workers_8_clients": eight_clients,
         "watchdog_10k_locks": many,
         "redlock_5": redlock5,
+        "zookeeper": zookeeper,
         "rounds": rounds,
     });
     let text = serde_json::to_string_pretty(&result).unwrap();
@@ -555,6 +568,118 @@ fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
         std::fs::write(&md, markdown(&result)).unwrap();
         eprintln!("wrote {md}");
     }
+}
+
+/// The ZooKeeper section (empty note when built without the `zookeeper` feature).
+fn zookeeper_markdown(z: &Value) -> String {
+    if z.is_null() {
+        return "## ZooKeeper\n\nNot measured: this run was built without `--features zookeeper`.\n\n"
+            .into();
+    }
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let (nf, fs) = (&z["no_fsync"], &z["fsync"]);
+    let (un, uf) = (&nf["uncontended"], &fs["uncontended"]);
+    let curator = |c: &Value, key: &str, digits: usize| match c.get("not_measured") {
+        Some(why) => format!("not measured ({})", why.as_str().unwrap_or("?")),
+        None if c.is_null() => "not measured".into(),
+        None => format!("{:.*}", digits, f(&c[key])),
+    };
+    let each = |u: &Value, key: &str| {
+        let v: Vec<String> = u["rounds"]
+            .as_array()
+            .map(|a| a.iter().map(|r| format!("{:.2}", f(&r[key]))).collect())
+            .unwrap_or_default();
+        format!("rounds: {}", v.join(", "))
+    };
+    let row = |label: &str, c: &Value| {
+        format!(
+            "| {label} | {:.0} | {:.0} / {:.0} | {:.0} | {} – {} | {:.2} | {} |",
+            f(&c["acquisitions_per_sec"]),
+            f(&c["handoff_gap_p50_us"]),
+            f(&c["handoff_gap_p99_us"]),
+            f(&c["wait_p99_us"]),
+            c["per_worker_min"],
+            c["per_worker_max"],
+            f(&c["requests_per_acquisition"]),
+            c["overlaps"],
+        )
+    };
+    let curator_row = |label: &str, c: &Value| {
+        if c.get("not_measured").is_some() || c.is_null() {
+            return format!("| {label} | {} | | | | | |", curator(c, "", 0));
+        }
+        format!(
+            "| {label} | {:.0} | {:.0} / {:.0} | {:.0} | {:.0} – {:.0} | {:.2} | {:.0} |",
+            f(&c["acquisitions_per_sec"]),
+            f(&c["gap_p50_us"]),
+            f(&c["gap_p99_us"]),
+            f(&c["wait_p99_us"]),
+            f(&c["min"]),
+            f(&c["max"]),
+            f(&c["requests_per_acquisition"]),
+            f(&c["overlaps"]),
+        )
+    };
+    format!(
+        "## ZooKeeper (`zk://`, one standalone server from the test kit)\n\n\
+Debian's ZooKeeper 3.8 on one JVM (the test kit's options: C1 compiler only, serial GC), on\n\
+the same machine, started by the test kit. **The test kit's server runs with `forceSync=no`:\n\
+it does not fsync its transaction log**, so a write costs no disk flush; the second column\n\
+is a server started with `forceSync=yes` (ZooKeeper's default, durable), measured in the same\n\
+run. Requests are counted on the server: `mntr`'s `zk_packets_received` before and after\n\
+the measured loop, divided by pairs (or acquisitions). That counter includes pings, which\n\
+`zookeeper-client` sends only after a connection has been idle for 3/8 of its timeout (none\n\
+while these loops run), and fencelock's session probe (`exists /` every quarter of the 30 s\n\
+session timeout: at most one per client here); four-letter words are not counted.\n\
+Raw pairs use `zookeeper-client` directly on one connection: an ephemeral sequential node\n\
+created and deleted, and the same with a listing of its folder between (the least a\n\
+queue recipe such as Curator's or fencelock's can send). Curator: Apache Curator 5.4\n\
+`InterProcessMutex` (`java/CuratorBench.java` in the test kit, HotSpot C2, after a warm-up),\n\
+same server, same loops.\n\n\
+### Uncontended acquire + release (one task, one client, current-thread runtime)\n\n\
+| measure | no fsync (test kit) | fsync (`forceSync=yes`) |\n|---|---|---|\n\
+| pairs/s | {np:.0} | {fp:.0} |\n\
+| server requests per pair (target ≤ 3) | {nr:.2} | {fr:.2} |\n\
+| raw `create` + `delete` pairs/s (requests per pair) | {nraw:.0} ({nrawr:.2}) | {fraw:.0} ({frawr:.2}) |\n\
+| **ratio to raw `create` + `delete`** (target ≥ 0.9; median of 3 rounds) | **{nratio:.2}** ({nrounds}) | **{fratio:.2}** ({frounds}) |\n\
+| raw `create` + `list` + `delete` pairs/s | {nraw3:.0} | {fraw3:.0} |\n\
+| ratio to raw `create` + `list` + `delete` | {nratio3:.2} ({nrounds3}) | {fratio3:.2} ({frounds3}) |\n\
+| Curator `InterProcessMutex` pairs/s | {ncp} | {fcp} |\n\
+| Curator server requests per pair | {ncr} | {fcr} |\n\n\
+### Contention: 8 workers on one lock, each holding it ~1 ms\n\n\
+Measured as for Redis above (handoff gap from the release being sent to the next acquire\n\
+returning). Curator: 8 threads with an `InterProcessMutex` each on one Curator client.\n\n\
+| setup | acquisitions/s | handoff gap p50 / p99 (µs) | wait p99 (µs) | acquisitions per worker (min – max) | requests / acquisition | overlaps |\n\
+|---|---|---|---|---|---|---|\n{c1}\n{c8}\n{cc}\n{f1}\n{f8}\n{fc}\n\n",
+        np = f(&un["pairs_per_sec"]),
+        fp = f(&uf["pairs_per_sec"]),
+        nr = f(&un["requests_per_pair"]),
+        fr = f(&uf["requests_per_pair"]),
+        nraw = f(&un["raw_create_delete_pairs_per_sec"]),
+        fraw = f(&uf["raw_create_delete_pairs_per_sec"]),
+        nrawr = f(&un["raw_create_delete_requests_per_pair"]),
+        frawr = f(&uf["raw_create_delete_requests_per_pair"]),
+        nratio = f(&un["ratio_to_raw_create_delete"]),
+        fratio = f(&uf["ratio_to_raw_create_delete"]),
+        nrounds = each(nf, "ratio_to_raw_create_delete"),
+        frounds = each(fs, "ratio_to_raw_create_delete"),
+        nraw3 = f(&un["raw_create_list_delete_pairs_per_sec"]),
+        fraw3 = f(&uf["raw_create_list_delete_pairs_per_sec"]),
+        nratio3 = f(&un["ratio_to_raw_create_list_delete"]),
+        fratio3 = f(&uf["ratio_to_raw_create_list_delete"]),
+        nrounds3 = each(nf, "ratio_to_raw_create_list_delete"),
+        frounds3 = each(fs, "ratio_to_raw_create_list_delete"),
+        ncp = curator(&nf["curator_uncontended"], "pairs_per_sec", 0),
+        fcp = curator(&fs["curator_uncontended"], "pairs_per_sec", 0),
+        ncr = curator(&nf["curator_uncontended"], "requests_per_pair", 2),
+        fcr = curator(&fs["curator_uncontended"], "requests_per_pair", 2),
+        c1 = row("no fsync: 8 workers / 1 client", &nf["contended_8_workers_1_client"]),
+        c8 = row("no fsync: 8 workers / 8 clients", &nf["contended_8_workers_8_clients"]),
+        cc = curator_row("no fsync: Curator, 8 threads / 1 client", &nf["curator_contended_8_workers"]),
+        f1 = row("fsync: 8 workers / 1 client", &fs["contended_8_workers_1_client"]),
+        f8 = row("fsync: 8 workers / 8 clients", &fs["contended_8_workers_8_clients"]),
+        fc = curator_row("fsync: Curator, 8 threads / 1 client", &fs["curator_contended_8_workers"]),
+    )
 }
 
 fn markdown(r: &Value) -> String {
@@ -579,12 +704,12 @@ fn markdown(r: &Value) -> String {
             c["workers"], c["clients"], f(&c["acquisitions_per_sec"]),
             f(&c["handoff_gap_p50_us"]), f(&c["handoff_gap_p99_us"]), f(&c["wait_p99_us"]),
             c["per_worker_min"], c["per_worker_max"],
-            f(&c["redis_commands_per_acquisition"]), c["overlaps"],
+            f(&c["requests_per_acquisition"]), c["overlaps"],
         )
         };
     format!(
         "# Performance\n\n\
-Generated by `cargo run --release -p fencelock --example bench -- --markdown docs/PERFORMANCE.md`\n\
+Generated by `cargo run --release -p fencelock --features zookeeper --example bench -- --markdown docs/PERFORMANCE.md`\n\
 (raw numbers: `target/bench.json`). One local `redis-server` started by the test kit on a\n\
 {cores}-core machine, with `redis-benchmark` measured against the same server in the same run.\n\
 These machines are noisy: read the ratios, not the absolute numbers.\n\n\
@@ -632,6 +757,7 @@ round trips of the third-fastest server, not ten.\n\n\
 | the same pair sent to one server after another would cost | {rlseq:.1} round trips |\n\
 | plain redis-rs doing the same fan-out (no fencelock) | {rlraw:.0} µs per pair |\n\
 | **fencelock pair / plain fan-out** | **{rlrawratio:.2}** |\n\n\
+{zk}\
 ## Reading the numbers\n\n\
 - **Uncontended** is limited by round trips: an acquire and a release are two of them, and the\n\
   library reaches the ceiling that `redis-benchmark -c 1` sets for the same script. On a\n\
@@ -655,9 +781,27 @@ round trips of the third-fastest server, not ten.\n\n\
   parallel; on separate hosts the five requests overlap and the pair approaches two round\n\
   trips of the server that completes the majority. Sequential fan-out would cost the sum of\n\
   all ten round trips.\n\
+- **ZooKeeper** misses both uncontended targets. A pair costs 4 server requests, not 3:\n\
+  `create` (the attempt's node), `getChildren` (its place: first, so held), `getData` with a\n\
+  watch on the new holding's own node (`Inner::watch` in `backend/zookeeper/mod.rs`, so that a\n\
+  forced delete fires the lost-lock signal; sent in the background, it does not delay the\n\
+  acquire but the server serves it) and `delete`. Curator sends 3 (it does not watch its own\n\
+  node). Three requests are awaited one after another, against the raw pair's two, so no\n\
+  recipe that lists the queue (Curator's included) can pass about 0.67 of raw `create` +\n\
+  `delete`; against raw `create` + `list` + `delete` fencelock reaches about 0.77, and\n\
+  Curator is slower still with fsync. A first round above 1 is the server's JIT warming\n\
+  during the raw loop. Under contention an acquisition costs 7 requests (Curator 5): the\n\
+  same 4, plus `getData` of the holder's node (the check that the same owner id does not\n\
+  hold it from another session), `getData` with a watch on the node just before one's own,\n\
+  and a second `getChildren` after the wake-up. Workers are served in arrival order (max/min\n\
+  under 1.05). The handoff gap (about 1.4 ms without fsync, on a par with Curator) is the\n\
+  `delete`, the notification and the `getChildren` of the next holder on a server that\n\
+  shares two cores with everything else; with `forceSync=yes` every `create` and `delete`\n\
+  waits for a disk flush, which roughly halves every figure.\n\
 - **10,000 locks** cost one timer-queue entry and one `LeaseState` each; renewals falling due\n\
   within 10 ms of each other go out as one pipeline of up to 1,000 commands.\n",
         cores = r["machine"]["cores"],
+        zk = zookeeper_markdown(&r["zookeeper"]),
         ping = f(&reference["redis_benchmark_ping_c1_rps"]),
         a1 = f(&reference["redis_benchmark_acquire_script_c1_rps"]),
         a64 = f(&reference["redis_benchmark_acquire_script_c64_rps"]),
