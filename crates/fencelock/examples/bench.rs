@@ -788,8 +788,8 @@ round trips of the third-fastest server, not ten.\n\n\
   acquire but the server serves it) and `delete`. Curator sends 3 (it does not watch its own\n\
   node). Three requests are awaited one after another, against the raw pair's two, so no\n\
   recipe that lists the queue (Curator's included) can pass about 0.67 of raw `create` +\n\
-  `delete`; against raw `create` + `list` + `delete` fencelock reaches about 0.77, and\n\
-  Curator is slower still with fsync. A first round above 1 is the server's JIT warming\n\
+  `delete`; against raw `create` + `list` + `delete` it reaches about 0.75-0.9 (Curator\n\
+  sends one request fewer; compare its rows in the same run). A first round above 1 is the server's JIT warming\n\
   during the raw loop. Under contention an acquisition costs 7 requests (Curator 5): the\n\
   same 4, plus `getData` of the holder's node (the check that the same owner id does not\n\
   hold it from another session), `getData` with a watch on the node just before one's own,\n\
