@@ -54,7 +54,10 @@ async fn raw_pairs(server: &ZooKeeperServer, secs: f64, list: bool) -> (f64, f64
         if list {
             client.list_children(dir).await.unwrap();
         }
-        client.delete(&format!("{prefix}{seq}"), None).await.unwrap();
+        client
+            .delete(&format!("{prefix}{seq}"), None)
+            .await
+            .unwrap();
         pairs += 1;
     }
     let rate = pairs as f64 / start.elapsed().as_secs_f64();
