@@ -26,6 +26,7 @@ use crate::watchdog::Renewals;
 
 mod acquire;
 mod conn;
+mod distinct;
 mod engine;
 mod redlock;
 pub(crate) mod server;

@@ -131,11 +131,10 @@ impl RedLock {
         sink: Weak<dyn ReleaseSink>,
         background: Background,
     ) -> Result<(Self, Vec<String>), Error> {
-        // Every URL is read before any server is reached: a malformed one is an input error,
-        // not something found after waiting for the others to connect (or time out).
-        for url in urls {
-            super::url::parse_target(url)?;
-        }
+        // Every URL is read before any server is reached (a malformed one is an input error,
+        // not something found after waiting for the others to connect), and no two may reach
+        // the same server.
+        super::distinct::check_distinct(urls, options.connect_timeout).await?;
         let dedup = Arc::new(DedupSink {
             inner: sink,
             recent: Mutex::new(Default::default()),
