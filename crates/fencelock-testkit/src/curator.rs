@@ -97,12 +97,9 @@ fn compile(java: &PathBuf, cp: &str) -> Result<PathBuf, TestkitError> {
     Ok(target)
 }
 
-/// A command that runs `CuratorBench` (`java/CuratorBench.java` in this crate: Curator's
-/// `InterProcessMutex` measured as fencelock's benchmark measures its locks) with `args`
-/// (see the program's header for them and for its stdin/stdout protocol), compiled on first
-/// use with the Java and class path [`CuratorLock`] uses. Stdin and stdout are piped; stderr
-/// (Curator's log) is discarded.
-pub fn curator_bench(args: &[&str]) -> Result<Command, TestkitError> {
+/// Java, Curator's class path, and the folder of the compiled programs (compiled once per
+/// process).
+fn curator_program() -> Result<(PathBuf, String, PathBuf), TestkitError> {
     let java = java()?;
     let cp = classpath(
         "FENCELOCK_CURATOR_CLASSPATH",
@@ -111,6 +108,16 @@ pub fn curator_bench(args: &[&str]) -> Result<Command, TestkitError> {
         CURATOR_HINT,
     )?;
     let classes = compiled(&java, &cp)?;
+    Ok((java, cp, classes))
+}
+
+/// A command that runs `CuratorBench` (`java/CuratorBench.java` in this crate: Curator's
+/// `InterProcessMutex` measured as fencelock's benchmark measures its locks) with `args`
+/// (see the program's header for them and for its stdin/stdout protocol), compiled on first
+/// use with the Java and class path [`CuratorLock`] uses. Stdin and stdout are piped; stderr
+/// (Curator's log) is discarded.
+pub fn curator_bench(args: &[&str]) -> Result<Command, TestkitError> {
+    let (java, cp, classes) = curator_program()?;
     let mut command = Command::new(&java);
     command
         .args(JVM_OPTIONS)
@@ -160,14 +167,7 @@ impl CuratorLockBuilder {
     /// Compiles the program if this process has not yet, and starts it. It connects and asks
     /// for the mutex at once; see [`CuratorLock::wait_acquired`].
     pub fn spawn(self) -> Result<CuratorLock, TestkitError> {
-        let java = java()?;
-        let cp = classpath(
-            "FENCELOCK_CURATOR_CLASSPATH",
-            CURATOR_CLASSPATH,
-            "curator-recipes.jar",
-            CURATOR_HINT,
-        )?;
-        let classes = compiled(&java, &cp)?;
+        let (java, cp, classes) = curator_program()?;
         let dir = tempfile::Builder::new()
             .prefix("fencelock-curator-")
             .tempdir()?;
