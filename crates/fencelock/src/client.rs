@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::lock::Lock;
-use crate::name::LockKeys;
 use crate::options::ClientOptions;
 use crate::shared::Shared;
 use crate::status::LockStatus;
@@ -101,7 +100,7 @@ impl Client {
 
     /// What the server knows about the lock `name`.
     pub async fn status(&self, name: &str) -> Result<LockStatus> {
-        let keys = Arc::new(LockKeys::new(name)?);
+        let keys = self.inner.keys(name)?;
         let raw = self.inner.service.status(&keys).await?;
         Ok(LockStatus::from_raw(name, raw))
     }
@@ -110,7 +109,7 @@ impl Client {
     /// a lock is stale; the holder (if alive) learns of it at its next renewal. Returns the
     /// owners and hold counts that were removed (empty when the lock was free).
     pub async fn force_unlock(&self, name: &str) -> Result<Vec<(String, u64)>> {
-        let keys = Arc::new(LockKeys::new(name)?);
+        let keys = self.inner.keys(name)?;
         let removed = self.inner.service.force_unlock(&keys).await?;
         tracing::info!(lock = name, ?removed, "lock force-unlocked");
         Ok(removed)

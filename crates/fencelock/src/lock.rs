@@ -79,12 +79,12 @@ impl LockStatus {
 impl Lock {
     pub(crate) fn new(client: Arc<Shared>, name: &str, owner: String) -> Self {
         Self {
-            client,
             name: name.into(),
-            keys: LockKeys::new(name).map(Arc::new),
+            keys: client.keys(name),
             owner: owner.into(),
             options: LockOptions::default(),
             problem: None,
+            client,
         }
     }
 

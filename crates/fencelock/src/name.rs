@@ -5,8 +5,11 @@ use crate::error::InputError;
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
 
-/// The keys and channel of one lock. Every key shares the hash tag `{name}`, so that all of a
-/// lock's keys live in one Redis Cluster slot and a script may touch them together.
+/// A lock's name and the Redis keys and channel derived from it (used by the Redis family
+/// only; other services use `name`). Every key shares the hash tag `{name}`, so that all of a
+/// lock's keys live in one Redis Cluster slot and a script may touch them together; the
+/// Redis family refuses names with braces, which would break the tag (other services accept
+/// them).
 #[derive(Debug)]
 pub(crate) struct LockKeys {
     /// The name as the user gave it.
@@ -38,7 +41,10 @@ impl LockKeys {
     }
 }
 
-/// Checks a lock name: non-empty UTF-8, at most [`MAX_NAME_LEN`] bytes, no `{` or `}`.
+/// Checks the rules every lock service shares: a lock name is non-empty UTF-8 of at most
+/// [`MAX_NAME_LEN`] bytes. Each service adds its own rules, checked by the lock's first
+/// operation before any I/O: on Redis no `{` or `}` ([`InputError::NameHasBrace`]); on
+/// ZooKeeper one valid node name ([`InputError::InvalidName`]).
 pub fn validate_name(name: &str) -> Result<(), InputError> {
     if name.is_empty() {
         return Err(InputError::EmptyName);
@@ -49,6 +55,11 @@ pub fn validate_name(name: &str) -> Result<(), InputError> {
             max: MAX_NAME_LEN,
         });
     }
+    Ok(())
+}
+
+/// The Redis family's rule: no `{` or `}`, which would break the keys' hash tag.
+pub(crate) fn check_redis_name(name: &str) -> Result<(), InputError> {
     if name.contains(['{', '}']) {
         return Err(InputError::NameHasBrace {
             name: name.to_owned(),
@@ -100,12 +111,13 @@ mod tests {
             Err(InputError::NameTooLong { len: 513, .. })
         ));
         assert!(validate_name(&"é".repeat(256)).is_ok());
+        assert!(validate_name("a{b}").is_ok());
         assert!(matches!(
-            validate_name("a{b"),
+            check_redis_name("a{b"),
             Err(InputError::NameHasBrace { .. })
         ));
         assert!(matches!(
-            validate_name("a}b"),
+            check_redis_name("a}b"),
             Err(InputError::NameHasBrace { .. })
         ));
     }

@@ -17,6 +17,7 @@ use crate::backend::{Ctx, Service};
 use crate::background::Background;
 use crate::error::{Error, InputError, Result};
 use crate::lease::LeaseState;
+use crate::name::LockKeys;
 use crate::options::ClientOptions;
 use crate::watchdog::{BoxFuture, Renewals, Renewer, Watchdog};
 
@@ -43,6 +44,13 @@ impl Renewer for Shared {
 }
 
 impl Shared {
+    /// A lock's keys, its name checked by the common rules and by the service's own.
+    pub(crate) fn keys(&self, name: &str) -> Result<Arc<LockKeys>, InputError> {
+        let keys = LockKeys::new(name)?;
+        self.service.check_name(name)?;
+        Ok(Arc::new(keys))
+    }
+
     /// Connects the service and starts the client's background task.
     pub(crate) async fn connect(urls: &[&str], options: ClientOptions) -> Result<Arc<Self>> {
         let (background, work) = Background::new();

@@ -243,8 +243,8 @@ mod zk {
         extend: false,
         fixed_lease: false,
         replica_acks: false,
-        // Names are checked for every service alike (LockKeys), braces included.
-        brace_names_refused: true,
+        // Braces are a Redis rule (the keys' hash tag); ZooKeeper paths may hold them.
+        brace_names_refused: false,
         slash_names_refused: true,
         foreign_owner_reentry: false,
         waiter_queue: true,

@@ -105,6 +105,16 @@ impl Service {
         }
     }
 
+    /// The service's own rules for lock names (beyond [`crate::validate_name`]'s), checked
+    /// before any I/O.
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), InputError> {
+        match self {
+            Service::Redis(r) => r.check_name(name),
+            #[cfg(feature = "zookeeper")]
+            Service::ZooKeeper(z) => z.check_name(name),
+        }
+    }
+
     /// Options that only some services understand are checked here, before any I/O.
     pub(crate) fn check(&self, options: &LockOptions, lease: Duration) -> Result<(), InputError> {
         match self {

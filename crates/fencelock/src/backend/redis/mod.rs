@@ -70,6 +70,11 @@ impl RedisFamily {
     }
 
     /// Redis's own lock options: `min_replica_acks` needs a timeout shorter than the lease.
+    /// A name with a brace would break the keys' hash tag.
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), InputError> {
+        crate::name::check_redis_name(name)
+    }
+
     pub(crate) fn check(&self, options: &LockOptions, lease: Duration) -> Result<(), InputError> {
         match options.replica_acks {
             Some((_, timeout)) if timeout >= lease => Err(InputError::InvalidOption {

@@ -129,6 +129,13 @@ impl Holdings {
         }
     }
 
+    /// Whether the owner holds the node `path` and is not deleting it.
+    pub(crate) fn live(&self, name: &str, owner: &Arc<str>, path: &str) -> bool {
+        let map = self.map();
+        map.get(&(name.to_owned(), owner.clone()))
+            .is_some_and(|h| h.path == path && !h.closing)
+    }
+
     /// The owner's hold count on the node `path`, if this client holds it.
     pub(crate) fn count(&self, name: &str, path: &str) -> Option<u64> {
         let map = self.map();

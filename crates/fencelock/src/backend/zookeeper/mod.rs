@@ -15,6 +15,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use zookeeper_client as zk;
 
 use self::holdings::Holdings;
@@ -87,6 +89,11 @@ impl ZooKeeper {
 
     pub(crate) fn server(&self) -> String {
         self.inner.session.server.clone()
+    }
+
+    /// A lock name must be one node below the base path.
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), InputError> {
+        url::check_name(name)
     }
 
     /// Options that mean nothing here are refused: the session is the lease.
@@ -180,6 +187,36 @@ impl ZooKeeper {
     }
 }
 
+/// Where a queued attempt stands between its turns.
+struct Queued<'a> {
+    name: &'a str,
+    owner: &'a str,
+    /// The holder was checked not to be this owner in another session.
+    checked: bool,
+    wait: Wait,
+    deadline: Option<Instant>,
+}
+
+impl Queued<'_> {
+    /// A waiter outlives a connection loss: its node stays while the session does.
+    fn transient(&self, session: &Session, e: &zk::Error) -> bool {
+        matches!(self.wait, Wait::Until(_))
+            && matches!(e, zk::Error::ConnectionLoss | zk::Error::Timeout)
+            && !session.ended.is_cancelled()
+            && self.deadline.is_none_or(|at| Instant::now() < at)
+    }
+}
+
+/// What a queued attempt does after one turn.
+enum Turn {
+    /// List the queue again (the node waited on changed, or is gone).
+    Again,
+    /// A request failed on a connection loss: pause, then list again.
+    Retry,
+    /// Busy without waiting, or past the deadline.
+    GiveUp,
+}
+
 /// An attempt's node until it holds the lock or is removed: dropped while armed (a cancelled
 /// acquire), it is removed in the background.
 struct Attempt {
@@ -196,6 +233,17 @@ impl Attempt {
     async fn undo(&mut self) {
         let undone = recipe::undo(&self.session, &self.dir, &self.guid, self.node.as_deref()).await;
         self.armed = undone.is_err();
+    }
+}
+
+impl Attempt {
+    /// Keeps the queue watch of a listing that did not make the attempt the holder until it
+    /// fires (at the queue's next change): dropping it early would cost a request to remove
+    /// it from the server.
+    fn park(&self, watcher: zk::OneshotWatcher) {
+        self.background.linger(async move {
+            watcher.changed().await;
+        });
     }
 }
 
@@ -260,7 +308,6 @@ impl Inner {
         wait: Wait,
     ) -> Result<Acquired, Error> {
         let name = &request.keys.name;
-        url::check_name(name)?;
         if self.session.is_live() {
             let made = |token| {
                 let lease = self.lease(ctx, request, token);
@@ -295,9 +342,9 @@ impl Inner {
             _ => None,
         };
         match self.contend(&mut attempt, request, wait, deadline).await {
-            Ok(Some(node)) => {
+            Ok(Some((node, queue))) => {
                 attempt.armed = false;
-                Ok(Acquired::Held(self.held(ctx, request, node)?))
+                Ok(Acquired::Held(self.held(ctx, request, node, queue)?))
             }
             Ok(None) => {
                 attempt.undo().await;
@@ -316,41 +363,43 @@ impl Inner {
         }
     }
 
-    /// Creates the attempt's node and waits for its turn: the node once it is the lowest, or
-    /// `None` when busy (no waiting) or past the deadline.
+    /// Creates the attempt's node and waits for its turn: the node once it is the lowest (with
+    /// the watch on the queue of the listing that showed it), or `None` when busy (no waiting)
+    /// or past the deadline.
     async fn contend(
         &self,
         attempt: &mut Attempt,
         request: &LockRequest<'_>,
         wait: Wait,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<Option<Node>, Error> {
-        let (name, owner) = (&request.keys.name, request.owner);
+        deadline: Option<Instant>,
+    ) -> Result<Option<(Node, zk::OneshotWatcher)>, Error> {
+        let name = &request.keys.name;
         let fail = |e| self.fail(Some(name), e);
         let (session, dir) = (&self.session, &attempt.dir);
-        let node = recipe::create(session, dir, &attempt.guid, owner)
+        let (node, mut listed) = recipe::create(session, dir, &attempt.guid, request.owner)
             .await
             .map_err(fail)?;
         attempt.node = Some(node.path.clone());
-        let mut checked = false;
-        // A waiter outlives a connection loss: its node stays while the session does.
-        let waits = matches!(wait, Wait::Until(_));
-        let transient = |e: &zk::Error| {
-            waits
-                && matches!(e, zk::Error::ConnectionLoss | zk::Error::Timeout)
-                && !session.ended.is_cancelled()
-                && deadline.is_none_or(|at| tokio::time::Instant::now() < at)
+        let mut queued = Queued {
+            name,
+            owner: request.owner,
+            checked: false,
+            wait,
+            deadline,
         };
         loop {
-            let placed = match recipe::place(session, dir, &node).await {
-                Err(e) if transient(&e) => {
-                    tokio::time::sleep(RETRY).await;
-                    continue;
-                }
-                placed => placed.map_err(fail)?,
+            let listing = match listed.take() {
+                Some(listing) => listing,
+                None => match recipe::list(session, dir).await {
+                    Err(e) if queued.transient(session, &e) => {
+                        tokio::time::sleep(RETRY).await;
+                        continue;
+                    }
+                    listing => listing.map_err(fail)?,
+                },
             };
-            let (holder, before) = match placed {
-                Some(Place::Holder) => return Ok(Some(node)),
+            let (holder, before) = match recipe::place(&listing, dir, &node) {
+                Some(Place::Holder) => return Ok(Some((node, listing.watcher))),
                 Some(Place::Behind { holder, before }) => (holder, before),
                 None => {
                     return Err(Error::Unavailable {
@@ -361,36 +410,76 @@ impl Inner {
                     })
                 }
             };
-            if !checked {
-                match self.foreign(name, owner, &holder).await {
-                    // The check's read timed out (a paused server): like any read of a
-                    // waiter, it is tried again while the session lives.
-                    Err(Error::Unavailable { .. }) if transient(&zk::Error::Timeout) => {
-                        tokio::time::sleep(RETRY).await;
-                        continue;
-                    }
-                    checked_now => checked_now?,
-                }
-                checked = true;
-            }
-            if matches!(wait, Wait::No) {
-                return Ok(None);
-            }
-            match recipe::wait_for(session, &before, deadline).await {
-                Ok(true) => {}
-                Ok(false) => return Ok(None),
-                Err(e) if transient(&e) => tokio::time::sleep(RETRY).await,
-                Err(e) => return Err(fail(e)),
+            attempt.park(listing.watcher);
+            match self.behind(&mut queued, &holder, &before).await? {
+                Turn::Again => {}
+                Turn::Retry => tokio::time::sleep(RETRY).await,
+                Turn::GiveUp => return Ok(None),
             }
         }
     }
 
-    /// Refuses to queue behind a holding of the same owner id in another session: a second
-    /// process cannot re-enter (own) another session's node.
-    async fn foreign(&self, name: &str, owner: &str, holder: &str) -> Result<(), Error> {
+    /// One turn of a queued attempt behind `before`. The first time, it also reads the
+    /// holder's node, in the same round trip as the watch, to refuse queueing behind a holding
+    /// of the same owner id in another session (a second process cannot re-enter, i.e. own,
+    /// another session's node).
+    async fn behind(&self, q: &mut Queued<'_>, holder: &str, before: &str) -> Result<Turn, Error> {
         let session = &self.session;
-        match session.call(|zk| zk.get_data(holder)).await {
-            Ok((data, stat)) if data == owner.as_bytes() && stat.ephemeral_owner != session.id => {
+        let fail = |e| self.fail(Some(q.name), e);
+        let sent = Instant::now();
+        let holder_read = (!q.checked && (holder != before || matches!(q.wait, Wait::No)))
+            .then(|| session.answer(sent, session.zk.get_data(holder)));
+        if matches!(q.wait, Wait::No) {
+            if let Some(read) = holder_read {
+                self.refuse_foreign(q, read.await.map(Some))?;
+            }
+            return Ok(Turn::GiveUp);
+        }
+        let watched = recipe::watch(session, before);
+        let (holder_read, watched) = match holder_read {
+            Some(read) => {
+                let (read, watched) = tokio::join!(read, watched);
+                (Some(read.map(Some)), watched)
+            }
+            None => (None, watched.await),
+        };
+        let watched = match watched {
+            Err(e) if q.transient(session, &e) => return Ok(Turn::Retry),
+            watched => watched.map_err(fail)?,
+        };
+        if !q.checked {
+            let read = holder_read
+                .unwrap_or_else(|| Ok(watched.as_ref().map(|w| (w.data.clone(), w.stat))));
+            match self.refuse_foreign(q, read) {
+                Err(Error::Unavailable { .. }) if q.transient(session, &zk::Error::Timeout) => {
+                    return Ok(Turn::Retry)
+                }
+                checked => checked?,
+            }
+        }
+        let Some(watched) = watched else {
+            return Ok(Turn::Again);
+        };
+        match recipe::wait_for(session, watched.watcher, q.deadline).await {
+            Ok(true) => Ok(Turn::Again),
+            Ok(false) => Ok(Turn::GiveUp),
+            Err(e) if q.transient(session, &e) => Ok(Turn::Retry),
+            Err(e) => Err(fail(e)),
+        }
+    }
+
+    /// Refuses to queue behind a holding of this owner id in another session (the holder's
+    /// node as read: data and stat, `None` if gone); marks the check done otherwise.
+    fn refuse_foreign(
+        &self,
+        q: &mut Queued<'_>,
+        read: Result<Option<(Vec<u8>, zk::Stat)>, zk::Error>,
+    ) -> Result<(), Error> {
+        let session = &self.session;
+        match read {
+            Ok(Some((data, stat)))
+                if data == q.owner.as_bytes() && stat.ephemeral_owner != session.id =>
+            {
                 Err(Error::Unsupported {
                     service: SERVICE,
                     what: "re-entry by an owner id that another ZooKeeper session holds",
@@ -399,8 +488,11 @@ impl Inner {
                           across processes on Redis only)",
                 })
             }
-            Ok(_) | Err(zk::Error::NoNode) => Ok(()),
-            Err(e) => Err(self.fail(Some(name), e)),
+            Ok(_) | Err(zk::Error::NoNode) => {
+                q.checked = true;
+                Ok(())
+            }
+            Err(e) => Err(self.fail(Some(q.name), e)),
         }
     }
 
@@ -427,6 +519,7 @@ impl Inner {
         ctx: &Ctx,
         request: &LockRequest<'_>,
         node: Node,
+        queue: zk::OneshotWatcher,
     ) -> Result<Held, Error> {
         let name = &request.keys.name;
         let token = u64::try_from(node.czxid).map_err(|_| Error::Protocol {
@@ -437,25 +530,40 @@ impl Inner {
         let lease = self.lease(ctx, request, token);
         self.holdings
             .insert(name, request.owner, node.path.clone(), &lease);
-        self.watch(ctx, name, request.owner, node.path);
+        let holding = Watch {
+            name: name.clone(),
+            owner: request.owner.clone(),
+            path: node.path,
+        };
+        ctx.background.linger(self.clone().watch(holding, queue));
         Ok(Held { lease, count: 1 })
     }
 
-    /// Fires the holding's lost signals when its node is deleted by someone else.
-    fn watch(self: &Arc<Self>, ctx: &Ctx, name: &str, owner: &Arc<str>, path: String) {
-        let (session, me) = (self.session.clone(), self.clone());
-        let (name, owner) = (name.to_owned(), owner.clone());
-        ctx.background.linger(async move {
-            let gone = match session.call(|zk| zk.get_and_watch_data(&path)).await {
-                Ok((_, _, watcher)) => {
-                    watcher.changed().await.event_type == zk::EventType::NodeDeleted
-                }
-                Err(zk::Error::NoNode) => true,
-                Err(_) => false,
-            };
-            if gone {
-                me.holdings.vanished(&name, &owner, &path);
-            }
-        });
+    /// Fires the holding's lost signals when its node is deleted by someone else. It starts
+    /// from the queue watch of the listing that made it the holder, which costs no request:
+    /// that watch fires at the queue's next change, which is the holding's own delete when
+    /// nobody queued meanwhile (the uncontended case). Only when the queue changed while the
+    /// lock is still held does it read its own node with a watch, once.
+    async fn watch(self: Arc<Self>, holding: Watch, queue: zk::OneshotWatcher) {
+        let Watch { name, owner, path } = holding;
+        let event = queue.changed().await;
+        if event.event_type == zk::EventType::Session || !self.holdings.live(&name, &owner, &path) {
+            return;
+        }
+        let gone = match self.session.call(|zk| zk.get_and_watch_data(&path)).await {
+            Ok((_, _, watcher)) => watcher.changed().await.event_type == zk::EventType::NodeDeleted,
+            Err(zk::Error::NoNode) => true,
+            Err(_) => false,
+        };
+        if gone {
+            self.holdings.vanished(&name, &owner, &path);
+        }
     }
+}
+
+/// The holding a watch is for.
+struct Watch {
+    name: String,
+    owner: Arc<str>,
+    path: String,
 }

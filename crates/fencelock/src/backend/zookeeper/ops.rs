@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zookeeper_client as zk;
 
 use super::holdings::Step;
-use super::{recipe, url, Inner, SERVICE};
+use super::{recipe, Inner, SERVICE};
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::status::Waiter;
@@ -55,7 +55,6 @@ impl Inner {
         name: &str,
         owner: &Arc<str>,
     ) -> Result<Released, Error> {
-        url::check_name(name)?;
         if self.holdings.holds(name, owner) {
             return self.give_back(name, owner, None).await;
         }
@@ -118,7 +117,6 @@ impl Inner {
 
     /// The holder (owner id, hold count if this client holds it, token) and the waiters.
     pub(super) async fn status(&self, name: &str) -> Result<RawStatus, Error> {
-        url::check_name(name)?;
         let children = self.children(name).await?;
         let mut nodes = children.nodes.into_iter();
         let Some((path, owner, stat)) = nodes.next() else {
@@ -158,7 +156,6 @@ impl Inner {
 
     /// Deletes the holder's node; the next waiter's watch fires and it takes the lock.
     pub(super) async fn force_unlock(&self, name: &str) -> Result<Vec<(String, u64)>, Error> {
-        url::check_name(name)?;
         let children = self.children(name).await?;
         let Some((path, owner, _)) = children.nodes.into_iter().next() else {
             return Ok(Vec::new());

@@ -85,35 +85,62 @@ async fn make_dir(session: &Session, dir: &str) -> Result<(), zk::Error> {
     }
 }
 
-/// Creates the attempt's node, protected: after a lost reply, finds it by its GUID (ours only
-/// if its `ephemeralOwner` is this session) before trying again.
+/// The lock's children in queue order, listed with a watch on the folder: it fires at the
+/// next change of the queue (a node created or deleted).
+pub(crate) struct Listing {
+    pub(crate) children: Vec<String>,
+    pub(crate) watcher: zk::OneshotWatcher,
+}
+
+/// Lists the lock's children, watching the folder.
+pub(crate) async fn list(session: &Session, dir: &str) -> Result<Listing, zk::Error> {
+    let (children, watcher) = session.call(|zk| zk.list_and_watch_children(dir)).await?;
+    Ok(Listing {
+        children: sorted(children),
+        watcher,
+    })
+}
+
+/// Creates the attempt's node and lists the queue in one round trip: the listing is sent
+/// right behind the create, and a session's requests run in order, so it shows the new node
+/// (three requests per uncontended pair: create, list, delete). Creation is protected: after
+/// a lost reply, the node is found by its GUID (ours only if its `ephemeralOwner` is this
+/// session) before trying again. The listing is `None` when it could not be read with the
+/// create.
 pub(crate) async fn create(
     session: &Session,
     dir: &str,
     guid: &str,
     owner: &str,
-) -> Result<Node, zk::Error> {
+) -> Result<(Node, Option<Listing>), zk::Error> {
     let prefix = format!("{dir}/_c_{guid}-{LOCK_MARK}");
     let mode = zk::CreateMode::EphemeralSequential.with_acls(ACLS);
     let mut tries = 0;
     loop {
         tries += 1;
-        match session
-            .call(|zk| zk.create(&prefix, owner.as_bytes(), &mode))
-            .await
-        {
+        let sent = Instant::now();
+        let created = session.zk.create(&prefix, owner.as_bytes(), &mode);
+        let listed = session.zk.list_and_watch_children(dir);
+        let (created, listed) =
+            tokio::join!(session.answer(sent, created), session.answer(sent, listed));
+        match created {
             Ok((stat, seq)) => {
-                return Ok(Node {
+                let node = Node {
                     path: format!("{prefix}{seq}"),
                     czxid: stat.czxid,
-                })
+                };
+                let listing = listed.ok().map(|(children, watcher)| Listing {
+                    children: sorted(children),
+                    watcher,
+                });
+                return Ok((node, listing));
             }
             Err(zk::Error::NoNode) if tries < 4 => make_dir(session, dir).await?,
             Err(e @ (zk::Error::ConnectionLoss | zk::Error::Timeout)) => {
                 // Requests of one session run in order: this listing runs after the create,
                 // so it sees the node if the create ran.
                 if let Some(node) = find(session, dir, guid).await? {
-                    return Ok(node);
+                    return Ok((node, None));
                 }
                 if tries >= 3 {
                     return Err(e);
@@ -180,37 +207,46 @@ pub(crate) enum Place {
     Behind { holder: String, before: String },
 }
 
-/// Lists the lock's children and places `node` among them; `None` if the node is gone.
-pub(crate) async fn place(
-    session: &Session,
-    dir: &str,
-    node: &Node,
-) -> Result<Option<Place>, zk::Error> {
-    let children = sorted(session.call(|zk| zk.list_children(dir)).await?);
-    let Some(at) = children.iter().position(|c| c == node.name()) else {
-        return Ok(None);
-    };
-    Ok(Some(match at {
+/// Places `node` in the listed queue; `None` if the node is not in it (gone).
+pub(crate) fn place(listing: &Listing, dir: &str, node: &Node) -> Option<Place> {
+    let children = &listing.children;
+    let at = children.iter().position(|c| c == node.name())?;
+    Some(match at {
         0 => Place::Holder,
         _ => Place::Behind {
             holder: format!("{dir}/{}", children[0]),
             before: format!("{dir}/{}", children[at - 1]),
         },
-    }))
+    })
 }
 
-/// Waits until the node `before` changes (it is deleted, normally), the session ends, or
-/// `deadline` passes (`false`). A node already gone returns at once.
+/// The node a waiter waits on, read with a watch that fires when it changes (normally, when it
+/// is deleted); `None` if it is gone already.
+pub(crate) struct Watched {
+    pub(crate) data: Vec<u8>,
+    pub(crate) stat: zk::Stat,
+    pub(crate) watcher: zk::OneshotWatcher,
+}
+
+/// Reads `path` with a watch.
+pub(crate) async fn watch(session: &Session, path: &str) -> Result<Option<Watched>, zk::Error> {
+    match session.call(|zk| zk.get_and_watch_data(path)).await {
+        Ok((data, stat, watcher)) => Ok(Some(Watched {
+            data,
+            stat,
+            watcher,
+        })),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until `watcher` fires, the session ends, or `deadline` passes (`false`).
 pub(crate) async fn wait_for(
     session: &Arc<Session>,
-    before: &str,
+    watcher: zk::OneshotWatcher,
     deadline: Option<Instant>,
 ) -> Result<bool, zk::Error> {
-    let watcher = match session.call(|zk| zk.get_and_watch_data(before)).await {
-        Ok((_, _, watcher)) => watcher,
-        Err(zk::Error::NoNode) => return Ok(true),
-        Err(e) => return Err(e),
-    };
     let until = async {
         match deadline {
             Some(at) => tokio::time::sleep_until(at).await,

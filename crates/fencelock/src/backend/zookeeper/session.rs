@@ -115,7 +115,18 @@ impl Session {
         Fut: Future<Output = Result<T, zk::Error>> + 'a,
     {
         let sent = Instant::now();
-        let reply = request(&self.zk);
+        self.answer(sent, request(&self.zk)).await
+    }
+
+    /// Awaits, bounded by the response timeout, the reply to a request that the client sent
+    /// at `sent`. `zookeeper-client` sends a request when its method is called, not when the
+    /// future is polled: so several requests can be sent back to back and their replies
+    /// awaited together (one round trip for all), in the order the server runs them.
+    pub(crate) async fn answer<T>(
+        &self,
+        sent: Instant,
+        reply: impl Future<Output = Result<T, zk::Error>>,
+    ) -> Result<T, zk::Error> {
         match tokio::time::timeout(self.response_timeout, reply).await {
             Err(_) => Err(zk::Error::Timeout),
             Ok(reply) => {
