@@ -19,50 +19,87 @@ pub fn packets_received(server: &ZooKeeperServer) -> u64 {
         .expect("zk_packets_received in mntr")
 }
 
-/// Uncontended acquire+release through fencelock: pairs/s and server requests per pair.
-async fn fencelock_pairs(server: &ZooKeeperServer, secs: f64) -> (f64, f64) {
+/// How many slices each uncontended contender runs, taking turns: the noise of a shared
+/// machine (a build on the other core) then hits all three alike, and the median of the
+/// per-slice ratios is read.
+const SLICES: usize = 15;
+
+/// One timed slice: pairs/s and server requests per pair.
+struct Slice {
+    rate: f64,
+    requests: f64,
+}
+
+/// Runs `pair` for `secs`, counting pairs and the server's requests.
+async fn slice<F: std::future::Future<Output = ()>>(
+    server: &ZooKeeperServer,
+    secs: f64,
+    mut pair: impl FnMut() -> F,
+) -> Slice {
+    let before = packets_received(server);
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let (mut pairs, start) = (0u64, Instant::now());
+    while Instant::now() < end {
+        pair().await;
+        pairs += 1;
+    }
+    let rate = pairs as f64 / start.elapsed().as_secs_f64();
+    let requests = packets_received(server) - before;
+    Slice {
+        rate,
+        requests: requests as f64 / pairs as f64,
+    }
+}
+
+/// An ephemeral sequential node created and deleted with `zookeeper-client` alone (`list`:
+/// with a listing of the folder between, the least a queue recipe can send).
+async fn raw_pair(client: &zk::Client, dir: &str, list: bool) {
+    let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let prefix = format!("{dir}/n-");
+    let (_, seq) = client.create(&prefix, b"owner", &mode).await.unwrap();
+    if list {
+        client.list_children(dir).await.unwrap();
+    }
+    client
+        .delete(&format!("{prefix}{seq}"), None)
+        .await
+        .unwrap();
+}
+
+/// Uncontended acquire+release through fencelock, beside raw `create`+`delete` and raw
+/// `create`+`list`+`delete` pairs, in [`SLICES`] turns each: one JSON row per turn.
+async fn uncontended(server: &ZooKeeperServer, secs: f64) -> Vec<Value> {
     let client = Client::connect(&server.url()).await.unwrap();
     let lock = client.lock("solo");
     // The lock's folder is created by the first pair: not measured.
     lock.acquire().await.unwrap().release().await.unwrap();
-    let before = packets_received(server);
-    let end = Instant::now() + Duration::from_secs_f64(secs);
-    let (mut pairs, start) = (0u64, Instant::now());
-    while Instant::now() < end {
-        lock.acquire().await.unwrap().release().await.unwrap();
-        pairs += 1;
-    }
-    let rate = pairs as f64 / start.elapsed().as_secs_f64();
-    let requests = packets_received(server) - before;
-    (rate, requests as f64 / pairs as f64)
-}
-
-/// The same with `zookeeper-client` alone: an ephemeral sequential node created and deleted
-/// (`list`: with a listing of the folder between, the least a queue recipe can send).
-async fn raw_pairs(server: &ZooKeeperServer, secs: f64, list: bool) -> (f64, f64) {
-    let client = zk::Client::connect(&server.connect_string()).await.unwrap();
+    let raw = zk::Client::connect(&server.connect_string()).await.unwrap();
     let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    let dir = if list { "/raw/listed" } else { "/raw/plain" };
-    client.mkdir(dir, &persistent).await.unwrap();
-    let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let prefix = format!("{dir}/n-");
-    let before = packets_received(server);
-    let end = Instant::now() + Duration::from_secs_f64(secs);
-    let (mut pairs, start) = (0u64, Instant::now());
-    while Instant::now() < end {
-        let (_, seq) = client.create(&prefix, b"owner", &mode).await.unwrap();
-        if list {
-            client.list_children(dir).await.unwrap();
-        }
-        client
-            .delete(&format!("{prefix}{seq}"), None)
-            .await
-            .unwrap();
-        pairs += 1;
+    for dir in ["/raw/listed", "/raw/plain"] {
+        raw.mkdir(dir, &persistent).await.unwrap();
     }
-    let rate = pairs as f64 / start.elapsed().as_secs_f64();
-    let requests = packets_received(server) - before;
-    (rate, requests as f64 / pairs as f64)
+    let each = secs / SLICES as f64;
+    let mut rounds = Vec::new();
+    for _ in 0..SLICES {
+        let plain = slice(server, each, || raw_pair(&raw, "/raw/plain", false)).await;
+        let listed = slice(server, each, || raw_pair(&raw, "/raw/listed", true)).await;
+        let solo = slice(server, each, || async {
+            lock.acquire().await.unwrap().release().await.unwrap();
+        })
+        .await;
+        rounds.push(json!({
+            "pairs_per_sec": solo.rate,
+            "requests_per_pair": solo.requests,
+            "raw_create_delete_pairs_per_sec": plain.rate,
+            "raw_create_delete_requests_per_pair": plain.requests,
+            "raw_create_list_delete_pairs_per_sec": listed.rate,
+            "raw_create_list_delete_requests_per_pair": listed.requests,
+            "ratio_to_raw_create_delete": solo.rate / plain.rate,
+            "ratio_to_raw_create_list_delete": solo.rate / listed.rate,
+        }));
+    }
+    client.close().await.unwrap();
+    rounds
 }
 
 /// Runs `CuratorBench` on `server`: its `RESULT` fields, and the server requests counted
@@ -148,23 +185,8 @@ pub fn run(
         builder = builder.config("forceSync", "yes");
     }
     let server = builder.start().expect("zookeeper server");
-    // Three rounds, the library and the raw client taking turns: the median ratio.
-    let mut rounds = Vec::new();
-    for _ in 0..3 {
-        let (raw, raw_requests) = single.block_on(raw_pairs(&server, secs / 3.0, false));
-        let (raw3, raw3_requests) = single.block_on(raw_pairs(&server, secs / 3.0, true));
-        let (solo, solo_requests) = single.block_on(fencelock_pairs(&server, secs / 3.0));
-        rounds.push(json!({
-            "pairs_per_sec": solo,
-            "requests_per_pair": solo_requests,
-            "raw_create_delete_pairs_per_sec": raw,
-            "raw_create_delete_requests_per_pair": raw_requests,
-            "raw_create_list_delete_pairs_per_sec": raw3,
-            "raw_create_list_delete_requests_per_pair": raw3_requests,
-            "ratio_to_raw_create_delete": solo / raw,
-            "ratio_to_raw_create_list_delete": solo / raw3,
-        }));
-    }
+    // The library and the raw client taking turns, slice by slice: the median ratio.
+    let rounds = single.block_on(uncontended(&server, secs));
     let median = |key: &str| {
         let mut v: Vec<f64> = rounds.iter().map(|r| r[key].as_f64().unwrap()).collect();
         v.sort_by(f64::total_cmp);
