@@ -101,9 +101,10 @@ fn redis() -> Result<LockService, TestkitError> {
     })
 }
 
-/// The session timeout of the frozen and the killed holder. A ZooKeeper client pings every
-/// third of it, so 2 s leaves a live holder room on two busy cores; the test kit's server
-/// grants it as asked (checked below).
+/// The session timeout of the frozen and the killed holder. A live holder must be heard from
+/// several times per timeout (fencelock probes every quarter of it), so 2 s leaves it room on
+/// two busy cores while keeping the two scenes short. The test kit's server grants it as asked
+/// (checked below), so the frozen holder's session ends when the scenes say it does.
 const ZOOKEEPER_SESSION_MS: u64 = 2_000;
 const _: () = assert!(
     zookeeper::MIN_SESSION_TIMEOUT_MS <= ZOOKEEPER_SESSION_MS
