@@ -112,7 +112,7 @@ async fn frozen(stage: &Stage, con: &mut MultiplexedConnection) -> Result<u64, S
             kill_grace: Some(FROZEN_KILL_GRACE),
             work: Some(Duration::from_millis(300)),
             ready: Some(ready),
-            survive_term: true,
+            write_after_term: true,
             ..Job::with_lease(service.short)
         })
         .map_err(text)?;
@@ -134,7 +134,7 @@ async fn frozen(stage: &Stage, con: &mut MultiplexedConnection) -> Result<u64, S
     let (code, stderr) = stage.finish(frozen).await.map_err(text)?;
     let stale = count(con, STALE).await?;
     stage.ui.line(&format!(
-        "   thawed: its late write was {}; its `fencelock run` exited {code} (lock lost = {})",
+        "   thawed, told of the loss (SIGTERM), it wrote anyway: its late write was {}; its `fencelock run` exited {code} (lock lost = {})",
         if stale >= 1 {
             "rejected (stale fencing token)"
         } else {
@@ -144,6 +144,12 @@ async fn frozen(stage: &Stage, con: &mut MultiplexedConnection) -> Result<u64, S
     ));
     if let Some(line) = stderr.lines().find(|l| l.contains("lost")) {
         stage.ui.line(&format!("   it said: {line}"));
+        if let Some(note) = service
+            .deadline_note()
+            .filter(|_| line.contains("deadline"))
+        {
+            stage.ui.line(&format!("   {note}"));
+        }
     }
     violations += u64::from(stale == 0 || code != i32::from(exit::LOCK_LOST));
     Ok(violations)

@@ -78,6 +78,19 @@ impl LockService {
         }
     }
 
+    /// What `fencelock run`'s "lease deadline" means here, when it is not a lease: the
+    /// library words every hold's deadline as a lease's.
+    pub(super) fn deadline_note(&self) -> Option<String> {
+        match self.liveness {
+            Liveness::Lease => None,
+            Liveness::Session => Some(format!(
+                "(on {}, a hold's lease deadline is its session's: the session timeout after \
+                 the server last answered)",
+                self.name
+            )),
+        }
+    }
+
     /// Why the lock passed on from a killed holder.
     pub(super) fn killed_outcome(&self) -> String {
         match self.liveness {

@@ -86,8 +86,8 @@ pub(super) struct Job<'a> {
     pub(super) ready: Option<&'a str>,
     /// The worker's `--check-overlap`.
     pub(super) check_overlap: bool,
-    /// The worker's `--survive-term`.
-    pub(super) survive_term: bool,
+    /// The worker's `--write-after-term`.
+    pub(super) write_after_term: bool,
 }
 
 impl Job<'_> {
@@ -99,7 +99,7 @@ impl Job<'_> {
             work: None,
             ready: None,
             check_overlap: false,
-            survive_term: false,
+            write_after_term: false,
         }
     }
 }
@@ -148,8 +148,8 @@ impl Stage {
         if job.check_overlap {
             command.arg("--check-overlap");
         }
-        if job.survive_term {
-            command.arg("--survive-term");
+        if job.write_after_term {
+            command.arg("--write-after-term");
         }
         command
             .stdin(Stdio::null())

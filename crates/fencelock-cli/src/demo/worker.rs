@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use redis::AsyncCommands;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::exit;
 use crate::parse_duration;
@@ -40,9 +41,11 @@ pub struct WorkerArgs {
     /// Count overlapping workers in the critical section.
     #[arg(long)]
     check_overlap: bool,
-    /// Keep going after SIGTERM (the frozen worker must attempt its late write).
+    /// Write only after SIGTERM has come (`fencelock run` sends it when the lock is lost),
+    /// or after WRITE_AFTER_TERM_AT_MOST, and write anyway: the frozen worker's late write, from
+    /// a program too slow to stop.
     #[arg(long)]
-    survive_term: bool,
+    write_after_term: bool,
 }
 
 /// A connection to the record's Redis.
@@ -54,11 +57,21 @@ pub(super) async fn record_connection(
         .await
 }
 
+/// How long a `--write-after-term` worker waits for SIGTERM before it writes anyway.
+const WRITE_AFTER_TERM_AT_MOST: Duration = Duration::from_secs(10);
+
 /// Runs one demo worker: read the record, work, write it back with the fencing token.
 pub async fn worker(args: WorkerArgs) -> u8 {
-    let _term = if args.survive_term {
-        // Handling SIGTERM (and doing nothing) replaces its default action, termination.
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok()
+    // Handling SIGTERM replaces its default action, termination: the worker goes on to its
+    // late write. Set up before the read, so that no SIGTERM can come unhandled.
+    let term = if args.write_after_term {
+        match signal(SignalKind::terminate()) {
+            Ok(term) => Some(term),
+            Err(e) => {
+                eprintln!("demo-worker: cannot handle SIGTERM: {e}");
+                return exit::CANNOT_EXECUTE;
+            }
+        }
     } else {
         None
     };
@@ -69,7 +82,7 @@ pub async fn worker(args: WorkerArgs) -> u8 {
         eprintln!("demo-worker: FENCELOCK_TOKEN is not set; run it under `fencelock run`");
         return exit::USAGE;
     };
-    match worker_steps(&args, token).await {
+    match worker_steps(&args, token, term).await {
         Ok(outcome) => {
             println!(
                 "worker {} token {token}: write {outcome}",
@@ -84,7 +97,11 @@ pub async fn worker(args: WorkerArgs) -> u8 {
     }
 }
 
-async fn worker_steps(args: &WorkerArgs, token: u64) -> redis::RedisResult<String> {
+async fn worker_steps(
+    args: &WorkerArgs,
+    token: u64,
+    term: Option<Signal>,
+) -> redis::RedisResult<String> {
     let mut con = record_connection(&args.record).await?;
     if args.check_overlap {
         let inside: i64 = con.incr(INSIDE, 1).await?;
@@ -98,6 +115,11 @@ async fn worker_steps(args: &WorkerArgs, token: u64) -> redis::RedisResult<Strin
         let _: () = con.set(key, std::process::id()).await?;
     }
     tokio::time::sleep(args.work).await;
+    if let Some(mut term) = term {
+        // Without this wait the write could race `fencelock run`'s own reaction to the loss:
+        // a worker thawed together with it could write and exit before it saw the loss.
+        let _ = tokio::time::timeout(WRITE_AFTER_TERM_AT_MOST, term.recv()).await;
+    }
     if args.check_overlap {
         let _: i64 = con.decr(INSIDE, 1).await?;
     }
