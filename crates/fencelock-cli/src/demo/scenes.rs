@@ -117,8 +117,8 @@ async fn frozen(stage: &Stage, con: &mut MultiplexedConnection) -> Result<u64, S
         })
         .map_err(text)?;
     let worker = stage.ready(con, ready).await?;
-    // Both: `fencelock run` stops renewing (or answering its session's pings), and its
-    // worker stops between its read and its write.
+    // Both: `fencelock run` stops renewing its lease (or sending its session's heartbeats),
+    // and its worker stops between its read and its write.
     let pids = [frozen.pid, worker];
     signal(&pids, Signal::SIGSTOP);
     let frozen_at = Instant::now();
