@@ -396,7 +396,7 @@ async fn unlock_force_removes_a_stale_lock_and_wakes_a_waiter() {
 #[tokio::test]
 async fn bad_flags_and_urls_give_usage_and_configuration_errors() {
     let server = RedisServer::start().unwrap();
-    let cases: [(&[&str], i32, &str); 7] = [
+    let cases: [(&[&str], i32, &str); 8] = [
         (&["run", "--", "true"], USAGE, "--key"),
         (&["run", "--key", "k"], USAGE, "PROGRAM"),
         (
@@ -425,6 +425,11 @@ async fn bad_flags_and_urls_give_usage_and_configuration_errors() {
         ),
         (&["run", "--key", "a{b}", "--", "true"], USAGE, "hash tag"),
         (&["frobnicate"], USAGE, "unrecognized"),
+        (
+            &["demo", "--backend", "etcd2"],
+            USAGE,
+            "possible values: redis, zookeeper",
+        ),
     ];
     for (args, code, message) in cases {
         let out = fencelock(&server).args(args).output().await.unwrap();
@@ -495,6 +500,35 @@ async fn the_demo_reports_no_violations() {
     assert!(stdout.contains("violations: 0"), "{stdout}");
     assert!(stdout.contains("stale writes rejected: 1"), "{stdout}");
     assert!(!stdout.contains('\x1b'), "no terminal codes when not a TTY");
+}
+
+/// The demo with its lock on a throwaway ZooKeeper (the record stays on Redis): the frozen
+/// holder's session expires, the lock passes on, and its late write is rejected by its token.
+#[tokio::test]
+async fn the_demo_on_zk_rejects_the_late_write() {
+    let server = RedisServer::start().unwrap(); // only for the environment; the demo starts its own
+    let demo = fencelock(&server)
+        .args(["demo", "--backend", "zookeeper"])
+        .output();
+    let out = within(90, "demo on ZooKeeper", demo).await.unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for outcome in [
+        "the lock lives on ZooKeeper at zk://127.0.0.1:",
+        "overlapping holders: 0",
+        "a 2 s ZooKeeper session",
+        "expired its session",
+        "late write was rejected (stale fencing token)",
+        "exited 79",
+        "tokens in order: yes",
+        "stale writes rejected: 1",
+        "violations: 0",
+    ] {
+        assert!(stdout.contains(outcome), "no {outcome:?} in:\n{stdout}");
+    }
+    // The session is the lease on ZooKeeper: the demo's own words say so.
+    assert!(!stdout.contains("lease ran out"), "{stdout}");
+    assert!(!stdout.contains("lease expired"), "{stdout}");
 }
 
 #[tokio::test]
