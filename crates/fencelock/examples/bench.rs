@@ -593,7 +593,11 @@ fn zookeeper_markdown(z: &Value) -> String {
         v.sort_by(f64::total_cmp);
         match v.len() {
             0 => "no slices".into(),
-            n => format!("middle half of {n} slices: {:.2} – {:.2}", v[n / 4], v[(3 * n) / 4]),
+            n => format!(
+                "middle half of {n} slices: {:.2} – {:.2}",
+                v[n / 4],
+                v[(3 * n) / 4]
+            ),
         }
     };
     let row = |label: &str, c: &Value| {

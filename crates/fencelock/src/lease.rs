@@ -51,7 +51,10 @@ pub(crate) enum Lost {
 impl Lost {
     fn reason(self) -> &'static str {
         match self {
-            Lost::Deadline => "the lease deadline passed without a successful renewal",
+            Lost::Deadline => {
+                "the deadline passed without a successful renewal (of the lease, or of the \
+                 session: the server was not heard from)"
+            }
             Lost::Renewal => "a renewal found the lock deleted or held by another owner",
             Lost::Extension => "an extension found the lock deleted or held by another owner",
             Lost::Session => "the ZooKeeper session expired or was closed",
