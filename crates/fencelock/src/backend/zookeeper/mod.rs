@@ -44,10 +44,17 @@ const SERVICE: &str = "ZooKeeper";
 
 /// The ZooKeeper lock service of one client.
 pub(crate) struct ZooKeeper {
-    inner: Arc<Inner>,
+    /// The current session with its holdings. Replaced when the session has ended (expired
+    /// or closed): its holds were told at once, and the next operation opens a new session,
+    /// so that a client outlives an expiry as Curator's does.
+    current: std::sync::Mutex<Arc<Inner>>,
+    /// Only one operation opens the next session.
+    reopening: tokio::sync::Mutex<()>,
+    target: url::ZkTarget,
+    options: ClientOptions,
 }
 
-/// What background work needs of the service.
+/// One session and what lives in it; background work holds it.
 struct Inner {
     session: Arc<Session>,
     holdings: Holdings,
@@ -56,7 +63,7 @@ struct Inner {
 
 impl Drop for ZooKeeper {
     fn drop(&mut self) {
-        self.inner.session.stop();
+        self.now().session.stop();
     }
 }
 
@@ -67,28 +74,48 @@ impl ZooKeeper {
         options: &ClientOptions,
     ) -> Result<(Self, Vec<String>), Error> {
         let target = url::parse_target(url)?;
-        let (session, warnings) = Session::connect(&target.hosts, options).await?;
-        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        let made = session.call(|zk| zk.mkdir(&target.base, &persistent)).await;
-        let inner = Inner {
-            session,
-            holdings: Holdings::default(),
-            base: target.base,
+        let (inner, warnings) = Inner::open(&target, options).await?;
+        let service = Self {
+            current: std::sync::Mutex::new(inner),
+            reopening: tokio::sync::Mutex::new(()),
+            target,
+            options: options.clone(),
         };
-        if let Err(e) = made {
-            inner.session.stop();
-            return Err(inner.fail(None, e));
+        Ok((service, warnings))
+    }
+
+    /// The current session, as it is.
+    fn now(&self) -> Arc<Inner> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The current session, or a new one if it has ended.
+    async fn inner(&self) -> Result<Arc<Inner>, Error> {
+        let inner = self.now();
+        if !inner.session.ended.is_cancelled() {
+            return Ok(inner);
         }
-        Ok((
-            Self {
-                inner: Arc::new(inner),
-            },
-            warnings,
-        ))
+        let _one = self.reopening.lock().await;
+        let inner = self.now();
+        if !inner.session.ended.is_cancelled() {
+            return Ok(inner);
+        }
+        let (fresh, _) = Inner::open(&self.target, &self.options).await?;
+        tracing::info!(
+            old = %zk::SessionId(inner.session.id),
+            new = %zk::SessionId(fresh.session.id),
+            "ZooKeeper session ended; opened a new one"
+        );
+        inner.session.stop();
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = fresh.clone();
+        Ok(fresh)
     }
 
     pub(crate) fn server(&self) -> String {
-        self.inner.session.server.clone()
+        self.target.hosts.clone()
     }
 
     /// A lock name must be one node below the base path.
@@ -121,7 +148,7 @@ impl ZooKeeper {
         request: &LockRequest<'_>,
         wait: Wait,
     ) -> Result<Acquired, Error> {
-        self.inner.acquire(ctx, request, wait).await
+        self.inner().await?.acquire(ctx, request, wait).await
     }
 
     pub(crate) async fn release(
@@ -129,8 +156,9 @@ impl ZooKeeper {
         _ctx: &Ctx,
         lease: &Arc<LeaseState>,
     ) -> Result<Released, Error> {
+        // A hold of an ended session is in no later session's holdings: `NotHeld`.
         let hold = &lease.hold;
-        let inner = &self.inner;
+        let inner = self.now();
         inner
             .give_back(&hold.keys.name, &hold.owner, Some(hold.id))
             .await
@@ -138,8 +166,7 @@ impl ZooKeeper {
 
     /// [`ZooKeeper::release`] in the background (a guard dropped without `release`).
     pub(crate) fn release_later(&self, ctx: &Ctx, lease: &Arc<LeaseState>) {
-        let (inner, lease, background) =
-            (self.inner.clone(), lease.clone(), ctx.background.clone());
+        let (inner, lease, background) = (self.now(), lease.clone(), ctx.background.clone());
         ctx.background.finish(async move {
             let hold = &lease.hold;
             let given = inner.give_back(&hold.keys.name, &hold.owner, Some(hold.id)).await;
@@ -155,7 +182,7 @@ impl ZooKeeper {
         keys: &Arc<LockKeys>,
         owner: &Arc<str>,
     ) -> Result<Released, Error> {
-        self.inner.release_owner(&keys.name, owner).await
+        self.inner().await?.release_owner(&keys.name, owner).await
     }
 
     pub(crate) fn extend(&self) -> Result<Renewal, Error> {
@@ -176,14 +203,14 @@ impl ZooKeeper {
     }
 
     pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
-        self.inner.status(&keys.name).await
+        self.inner().await?.status(&keys.name).await
     }
 
     pub(crate) async fn force_unlock(
         &self,
         keys: &Arc<LockKeys>,
     ) -> Result<Vec<(String, u64)>, Error> {
-        self.inner.force_unlock(&keys.name).await
+        self.inner().await?.force_unlock(&keys.name).await
     }
 }
 
@@ -264,6 +291,27 @@ impl Drop for Attempt {
 }
 
 impl Inner {
+    /// Opens a session and makes sure the base path exists. Returns the warnings (a
+    /// negotiated session timeout other than asked).
+    async fn open(
+        target: &url::ZkTarget,
+        options: &ClientOptions,
+    ) -> Result<(Arc<Self>, Vec<String>), Error> {
+        let (session, warnings) = Session::connect(&target.hosts, options).await?;
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let made = session.call(|zk| zk.mkdir(&target.base, &persistent)).await;
+        let inner = Self {
+            session,
+            holdings: Holdings::default(),
+            base: target.base.clone(),
+        };
+        if let Err(e) = made {
+            inner.session.stop();
+            return Err(inner.fail(None, e));
+        }
+        Ok((Arc::new(inner), warnings))
+    }
+
     /// The lock's folder.
     fn dir(&self, name: &str) -> String {
         format!("{}/{name}", self.base)
@@ -295,7 +343,9 @@ impl Inner {
             return Err(Error::Unavailable {
                 lock: Some(lock.to_owned()),
                 server: self.session.server.clone(),
-                detail: "the ZooKeeper session expired or was closed; connect a new client".into(),
+                detail: "the ZooKeeper session expired or was closed; the next operation \
+                         opens a new session"
+                    .into(),
             });
         }
         Ok(())
