@@ -37,6 +37,8 @@ pub struct Lock {
     name: Arc<str>,
     keys: Result<Arc<LockKeys>, InputError>,
     owner: Arc<str>,
+    /// The owner id came from `with_owner`: another process may use it too.
+    explicit_owner: bool,
     options: LockOptions,
     problem: Option<InputError>,
 }
@@ -82,6 +84,7 @@ impl Lock {
             name: name.into(),
             keys: client.keys(name),
             owner: owner.into(),
+            explicit_owner: false,
             options: LockOptions::default(),
             problem: None,
             client,
@@ -111,6 +114,7 @@ impl Lock {
             self.problem = Some(e);
         }
         self.owner = owner.into();
+        self.explicit_owner = true;
         self
     }
 
@@ -140,6 +144,7 @@ impl Lock {
         Ok(LockRequest {
             keys,
             owner: &self.owner,
+            explicit_owner: self.explicit_owner,
             lease,
             renew,
             options: &self.options,

@@ -39,6 +39,9 @@ pub(crate) struct Ctx {
 pub(crate) struct LockRequest<'a> {
     pub(crate) keys: &'a Arc<LockKeys>,
     pub(crate) owner: &'a Arc<str>,
+    /// The owner id was given by the user (`Lock::with_owner`), so another process may hold
+    /// the lock as the same owner; a generated id is this client's alone.
+    pub(crate) explicit_owner: bool,
     pub(crate) lease: Duration,
     /// The watchdog renews the lease (no explicit lease was given).
     pub(crate) renew: bool,

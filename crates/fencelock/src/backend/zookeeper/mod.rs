@@ -433,7 +433,9 @@ impl Inner {
         let mut queued = Queued {
             name,
             owner: request.owner,
-            checked: false,
+            // A generated owner id is this client's alone: no other session can hold the lock
+            // as this owner, and the check (one read) is skipped.
+            checked: !request.explicit_owner,
             wait,
             deadline,
         };
