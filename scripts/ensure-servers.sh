@@ -13,6 +13,9 @@ ensure_servers() {
     || missing+=(zookeeper)
   [ -n "${FENCELOCK_CURATOR_CLASSPATH:-}" ] || [ -f /usr/share/java/curator-recipes.jar ] \
     || missing+=(libcurator-recipes-java)
+  # PostgreSQL for the fenced-SQL example and tests (the test kit runs its own server).
+  [ -n "${FENCELOCK_PG_BIN:-}" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+    || missing+=(postgresql)
   [ ${#missing[@]} -eq 0 ] && return 0
   local sudo=""
   if [ "$(id -u)" -ne 0 ]; then

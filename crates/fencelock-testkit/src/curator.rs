@@ -399,9 +399,7 @@ impl CuratorLock {
 
     /// The last `lines` lines of Curator's log (the program's stderr).
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = fs::read_to_string(self.dir.path().join("curator.log")).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        crate::tail(&self.dir.path().join("curator.log"), lines)
     }
 }
 

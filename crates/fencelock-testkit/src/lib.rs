@@ -1,4 +1,4 @@
-//! Real servers for fencelock's tests, demo and benchmarks: Redis and ZooKeeper.
+//! Real servers for fencelock's tests, demo and benchmarks: Redis, ZooKeeper and PostgreSQL.
 //!
 //! [`RedisServer`] starts a `redis-server` process on a free loopback port (never 6379) in a
 //! temporary folder, and can pause (SIGSTOP/SIGCONT), kill and restart it on the same port. The
@@ -64,6 +64,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # PostgreSQL
+//!
+//! [`PostgresServer`] runs Debian's PostgreSQL (`apt-get install postgresql`) in a temporary
+//! folder on a free loopback port (as the `postgres` user when the kit runs as root), for the
+//! fenced-SQL example and tests.
+//!
 //! The test kit's own blocking calls (starting a server, waiting for a Curator process) should
 //! not run on an async runtime thread that a ZooKeeper client's session needs: use
 //! `tokio::task::block_in_place` or `spawn_blocking`.
@@ -71,12 +77,14 @@
 #![forbid(unsafe_code)]
 
 mod curator;
+mod postgres;
 mod redis;
 mod resp;
 mod topology;
 pub mod zookeeper;
 
 pub use curator::{curator_bench, CuratorLock, CuratorLockBuilder};
+pub use postgres::PostgresServer;
 pub use redis::{Persistence, RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespError};
 pub use topology::{ClusterNode, RedisCluster, SentinelSet};
@@ -142,6 +150,13 @@ pub fn find_program(name: &str, env: &str) -> Option<std::path::PathBuf> {
 pub fn free_port() -> std::io::Result<u16> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
     Ok(listener.local_addr()?.port())
+}
+
+/// The last `lines` lines of a log file (empty if it cannot be read).
+pub(crate) fn tail(path: &std::path::Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Sends `signal` to a process this kit started (by its PID, never by name); a process that

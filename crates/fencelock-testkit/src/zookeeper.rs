@@ -395,9 +395,7 @@ impl ZooKeeperServer {
 
     /// The last `lines` lines of the server's log.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = fs::read_to_string(self.log_path()).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        crate::tail(&self.log_path(), lines)
     }
 }
 

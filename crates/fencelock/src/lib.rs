@@ -8,6 +8,8 @@
 //!   [`Lock::acquire_timeout`], [`Lock::try_acquire`].
 //! - [`Guard`]: proof of holding, with [`Guard::fencing_token`], [`Guard::lost`],
 //!   [`Guard::is_held`], [`Guard::extend`] and [`Guard::release`].
+//! - [`fenced`]: where the token is checked: [`fenced::FencedRegister`] on Redis and
+//!   [`fenced::FencedUpdate`] for SQL stores.
 //! - [`Error`]: one `#[non_exhaustive]` error type; bad input is an [`InputError`], found
 //!   before any I/O.
 #![warn(missing_docs)]
@@ -18,6 +20,7 @@ mod backend;
 mod background;
 mod client;
 mod error;
+pub mod fenced;
 mod guard;
 mod lease;
 mod lock;
@@ -27,6 +30,9 @@ mod shared;
 mod status;
 mod telemetry;
 mod watchdog;
+
+/// The `redis` crate that [`fenced::FencedRegister`] takes connections of (the same version).
+pub use redis;
 
 pub use backend::redis::redact_url;
 pub use backend::Released;

@@ -41,6 +41,7 @@ pub(crate) struct LockRequest<'a> {
     pub(crate) owner: &'a Arc<str>,
     /// The owner id was given by the user (`Lock::with_owner`), so another process may hold
     /// the lock as the same owner; a generated id is this client's alone.
+    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
     pub(crate) explicit_owner: bool,
     pub(crate) lease: Duration,
     /// The watchdog renews the lease (no explicit lease was given).

@@ -1,0 +1,190 @@
+//! PostgreSQL servers from Debian's `postgresql` package, for the fenced-SQL example and
+//! tests.
+//!
+//! `initdb` refuses to run as root, so when the kit runs as root (CI) the data folder is
+//! handed to the `postgres` user the package creates, and the server runs as that user
+//! through `setpriv`, which `exec`s: the PID the kit holds is the postmaster's.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::{free_port, signal, TestkitError};
+
+const MISSING: TestkitError = TestkitError::Missing {
+    program: "postgres",
+    hint:
+        "apt-get install postgresql (or set FENCELOCK_PG_BIN to a folder with initdb and postgres)",
+};
+
+/// A throwaway PostgreSQL server on a free loopback port, stopped by PID when dropped (its
+/// log printed if a test panicked). The database `postgres`, user `postgres`, trust auth.
+pub struct PostgresServer {
+    port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl PostgresServer {
+    /// Creates a cluster in a temporary folder (`initdb`, no fsync) and starts it; waits until
+    /// it accepts connections, at most 30 s.
+    pub fn start() -> Result<Self, TestkitError> {
+        let bin = bin_dir().ok_or(MISSING)?;
+        let dir = tempfile::Builder::new().prefix("fencelock-pg").tempdir()?;
+        let as_postgres = nix::unistd::geteuid().is_root();
+        if as_postgres {
+            hand_to_postgres(dir.path())?;
+        }
+        let data = dir.path().join("data");
+        let init = user_command(as_postgres, &bin.join("initdb"))
+            .args(["-D"])
+            .arg(&data)
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .stdout(Stdio::null())
+            .output()?;
+        if !init.status.success() {
+            return Err(TestkitError::Start {
+                detail: format!("initdb: {}", String::from_utf8_lossy(&init.stderr)),
+            });
+        }
+        let port = free_port()?;
+        let log = fs::File::create(dir.path().join("postgres.log"))?;
+        let child = user_command(as_postgres, &bin.join("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(dir.path())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(["-c", "full_page_writes=off", "-c", "synchronous_commit=off"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        let mut server = Self {
+            port,
+            child: Some(child),
+            dir,
+        };
+        server.await_ready(&bin)?;
+        Ok(server)
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `postgres://postgres@127.0.0.1:<port>/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The postmaster's PID.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        crate::tail(&self.dir.path().join("postgres.log"), lines)
+    }
+
+    fn await_ready(&mut self, bin: &Path) -> Result<(), TestkitError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = Command::new(bin.join("pg_isready"))
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return Ok(());
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                return Err(TestkitError::Start {
+                    detail: format!(
+                        "postgres did not accept connections:\n{}",
+                        self.log_tail(40)
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Immediate shutdown (SIGQUIT): nothing here needs to survive.
+            signal(Some(child.id()), Signal::SIGQUIT);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- postgres on port {} log ----\n{}\n---- end of log ----",
+                self.port,
+                self.log_tail(100)
+            );
+        }
+    }
+}
+
+/// `FENCELOCK_PG_BIN`, else the newest `/usr/lib/postgresql/<version>/bin` with `initdb`.
+fn bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("FENCELOCK_PG_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let version = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").is_file().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+/// Gives the folder to the `postgres` user (root may not run `initdb`).
+fn hand_to_postgres(dir: &Path) -> Result<(), TestkitError> {
+    let user = nix::unistd::User::from_name("postgres")
+        .ok()
+        .flatten()
+        .ok_or(MISSING)?;
+    std::os::unix::fs::chown(dir, Some(user.uid.as_raw()), Some(user.gid.as_raw()))?;
+    Ok(())
+}
+
+/// `program`, run as `postgres` through `setpriv` (which execs) when the kit is root.
+fn user_command(as_postgres: bool, program: &Path) -> Command {
+    if !as_postgres {
+        return Command::new(program);
+    }
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+            "--",
+        ])
+        .arg(program);
+    command
+}
