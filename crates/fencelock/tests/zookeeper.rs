@@ -806,8 +806,8 @@ async fn ensemble_leader_killed_while_a_lock_is_held() {
 
 /// A holder cut off from a server that keeps running (a partition: its connection closed,
 /// new ones refused) is told before the server expires its session and hands the lock to a
-/// waiter; once the partition heals, the expired session is never taken for a live one: the
-/// same client's acquires fail (a new client is needed) and leave no node, and its stale
+/// waiter; a new client using the holder's owner id meanwhile is refused; once the partition
+/// heals, the expired session is never taken for a live one: the same client's acquires fail (a new client is needed) and leave no node, and its stale
 /// guard's release leaves the new holder alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn partitioned_holder_is_told_before_the_server_expires_its_session() {
@@ -831,6 +831,24 @@ async fn partitioned_holder_is_told_before_the_server_expires_its_session() {
         proxy.refuse_new(true);
         let cut = Instant::now();
         assert_eq!(proxy.cut(), 1);
+        // While A's node still stands, a new client with A's owner id does not take it for
+        // its own (apache/curator#1121: only a node of the current session counts).
+        let again = client(&zk, 2_000).await;
+        let r = again
+            .lock("part")
+            .with_owner(held.owner())
+            .try_acquire()
+            .await;
+        assert!(
+            !matches!(r, Ok(Ok(_))),
+            "a new session took A's node: {r:?}"
+        );
+        let window = peek
+            .children("part")
+            .await
+            .iter()
+            .any(|c| c.session == a_session);
+        eprintln!("same owner id, new session, A's node still there ({window}): {r:?}");
         within(5.0, "lost() while partitioned", held.lost()).await;
         let lost_at = Instant::now();
         let (got, acquired_at) = within(10.0, "the server expires A's session", waiter)
