@@ -865,7 +865,13 @@ async fn partitioned_holder_is_told_before_the_server_expires_its_session() {
             acquired_at - cut
         );
         assert!(lost_at < acquired_at, "B acquired before A was told");
-        assert!(lost_at - cut <= Duration::from_millis(2_000));
+        // Told by t + T − drift (t: the last answered request, before the cut), with room for a
+        // busy scheduler.
+        assert!(
+            lost_at - cut <= Duration::from_millis(2_500),
+            "{:?}",
+            lost_at - cut
+        );
         assert!(got.fencing_token() > held.fencing_token());
         assert!(!held.is_held());
         let children = peek.children("part").await;
