@@ -70,6 +70,31 @@
 //! folder on a free loopback port (as the `postgres` user when the kit runs as root), for the
 //! fenced-SQL example and tests.
 //!
+//! # Network faults
+//!
+//! [`TcpProxy`] is a TCP proxy on loopback, run by threads of the test process, that a test
+//! puts between a client and a server. It forwards each connection as it is, until the test
+//! tells it to drop the server's replies on the connections open now
+//! ([`TcpProxy::swallow_replies`]: a request reaches the server, its answer never reaches the
+//! client) and then to close them ([`TcpProxy::cut`]). Connections opened afterwards are
+//! forwarded again, so that a client reconnects within its session: this is how a test loses
+//! the reply of a ZooKeeper `create` that the server did carry out. While
+//! [`TcpProxy::refuse_new`] is set, new connections are closed at once: with a cut, the client
+//! is partitioned from a server that keeps running (and expires its session).
+//!
+//! ```no_run
+//! use fencelock_testkit::{TcpProxy, ZooKeeperServer};
+//!
+//! let server = ZooKeeperServer::start()?;
+//! let proxy = TcpProxy::start(server.port())?;
+//! let url = format!("zk://{}", proxy.connect_string());  // clients connect through it
+//! // … a client connects to `url` …
+//! proxy.swallow_replies();   // requests still reach the server; no answer comes back
+//! // … the client sends a request; the test sees its effect on the server directly …
+//! proxy.cut();               // the client's connection ends; it reconnects through the proxy
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! The test kit's own blocking calls (starting a server, waiting for a Curator process) should
 //! not run on an async runtime thread that a ZooKeeper client's session needs: use
 //! `tokio::task::block_in_place` or `spawn_blocking`.
@@ -78,6 +103,7 @@
 
 mod curator;
 mod postgres;
+mod proxy;
 mod redis;
 mod resp;
 mod topology;
@@ -85,6 +111,7 @@ pub mod zookeeper;
 
 pub use curator::{curator_bench, CuratorLock, CuratorLockBuilder};
 pub use postgres::PostgresServer;
+pub use proxy::TcpProxy;
 pub use redis::{Persistence, RedisServer, RedisServerBuilder};
 pub use resp::{Reply, RespError};
 pub use topology::{ClusterNode, RedisCluster, SentinelSet};

@@ -228,7 +228,7 @@ impl Queued<'_> {
     /// A waiter outlives a connection loss: its node stays while the session does.
     fn transient(&self, session: &Session, e: &zk::Error) -> bool {
         matches!(self.wait, Wait::Until(_))
-            && matches!(e, zk::Error::ConnectionLoss | zk::Error::Timeout)
+            && recipe::connection_lost(e)
             && !session.ended.is_cancelled()
             && self.deadline.is_none_or(|at| Instant::now() < at)
     }
@@ -282,7 +282,8 @@ impl Drop for Attempt {
         let (session, background) = (self.session.clone(), self.background.clone());
         let (dir, guid, node) = (self.dir.clone(), self.guid.clone(), self.node.take());
         self.background.finish(async move {
-            if let Err(e) = recipe::undo(&session, &dir, &guid, node.as_deref()).await {
+            let node = node.as_deref();
+            if let Err(e) = recipe::undo_until_done(&session, &dir, &guid, node, RETRY).await {
                 background.failed();
                 tracing::warn!(dir, error = %e, "undo of a given-up attempt failed; its node goes with the session");
             }
@@ -322,13 +323,12 @@ impl Inner {
         use zk::Error::*;
         let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());
         match e {
-            ConnectionLoss | Timeout | NoHosts | SessionExpired | ClientClosed | SessionMoved => {
-                Error::Unavailable {
-                    lock,
-                    server,
-                    detail: format!("ZooKeeper: {e}"),
-                }
-            }
+            ConnectionLoss | Timeout | NoHosts | SessionExpired | ClientClosed | SessionMoved
+            | Custom(_) => Error::Unavailable {
+                lock,
+                server,
+                detail: format!("ZooKeeper: {e}"),
+            },
             e => Error::Protocol {
                 lock,
                 server,

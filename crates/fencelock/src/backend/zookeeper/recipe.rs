@@ -13,6 +13,16 @@ use zookeeper_client as zk;
 
 use super::session::Session;
 
+/// Whether a request failed with the connection (lost, silent past the response timeout, or
+/// found dead by `zookeeper-client`, which reports that and I/O failures as `Custom`), not
+/// with an answer: the request may or may not have run, and the session may well live on.
+pub(crate) fn connection_lost(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::Custom(_)
+    )
+}
+
 /// The ACL of every node fencelock creates.
 const ACLS: zk::Acls<'static> = zk::Acls::anyone_all();
 
@@ -136,7 +146,7 @@ pub(crate) async fn create(
                 return Ok((node, listing));
             }
             Err(zk::Error::NoNode) if tries < 4 => make_dir(session, dir).await?,
-            Err(e @ (zk::Error::ConnectionLoss | zk::Error::Timeout)) => {
+            Err(e) if connection_lost(&e) => {
                 // Requests of one session run in order: this listing runs after the create,
                 // so it sees the node if the create ran.
                 if let Some(node) = find(session, dir, guid).await? {
@@ -196,6 +206,28 @@ pub(crate) async fn undo(
     match session.call(|zk| zk.delete(&path, None)).await {
         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// [`undo`], tried again after a connection loss or a response timeout for as long as the
+/// session lives: a node left by an attempt nobody waits for would otherwise keep the lock,
+/// once it is the lowest, held by nobody until the session ends. A session that ended took
+/// the node with it.
+pub(crate) async fn undo_until_done(
+    session: &Session,
+    dir: &str,
+    guid: &str,
+    node: Option<&str>,
+    pause: std::time::Duration,
+) -> Result<(), zk::Error> {
+    loop {
+        match undo(session, dir, guid, node).await {
+            Err(e) if connection_lost(&e) && !session.ended.is_cancelled() => {
+                tokio::time::sleep(pause).await
+            }
+            Err(_) if session.ended.is_cancelled() => return Ok(()),
+            done => return done,
+        }
     }
 }
 
