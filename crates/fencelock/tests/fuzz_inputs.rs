@@ -216,12 +216,13 @@ fn names_are_accepted_exactly_as_documented_and_keep_their_hash_tag() {
     ];
     TestRunner::new(config(4_000))
         .run(&names, |name| {
-            let expected = !name.is_empty()
-                && name.len() <= fencelock::MAX_NAME_LEN
-                && !name.contains(['{', '}']);
+            // The rules every service shares, then the Redis family's own (no braces).
+            let expected = !name.is_empty() && name.len() <= fencelock::MAX_NAME_LEN;
             let checked = fencelock::validate_name(&name);
             prop_assert_eq!(checked.is_ok(), expected, "{:?}: {:?}", name, checked);
-            let Ok(keys) = name::LockKeys::new(&name) else {
+            let redis = name::check_redis_name(&name);
+            prop_assert_eq!(redis.is_ok(), !name.contains(['{', '}']), "{:?}", name);
+            let (Ok(keys), Ok(())) = (name::LockKeys::new(&name), redis) else {
                 return Ok(());
             };
             // Redis Cluster hashes the part between the first `{` and the next `}`: for every
