@@ -9,8 +9,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
-    let name_ok = !s.is_empty() && s.len() <= fencelock::MAX_NAME_LEN && !s.contains(['{', '}']);
+    // The rules every service shares; the Redis family also refuses braces.
+    let name_ok = !s.is_empty() && s.len() <= fencelock::MAX_NAME_LEN;
     assert_eq!(fencelock::validate_name(s).is_ok(), name_ok, "{s:?}");
+    let redis_ok = name_ok && !s.contains(['{', '}']);
+    assert_eq!(lock_keys(s).is_ok(), redis_ok, "{s:?}");
     if let Ok(keys) = lock_keys(s) {
         for key in &keys {
             let open = key.find('{').expect("hash tag");

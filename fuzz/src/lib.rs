@@ -55,6 +55,7 @@ pub fn validate_owner(owner: &str) -> Result<(), InputError> {
 /// The keys and channel of the lock `name`, if the name is accepted.
 pub fn lock_keys(name: &str) -> Result<[String; 5], InputError> {
     let k = name::LockKeys::new(name)?;
+    name::check_redis_name(name)?;
     Ok([k.lock, k.fence, k.channel, k.queue, k.waiting])
 }
 
