@@ -52,14 +52,18 @@ async fn slice<F: std::future::Future<Output = ()>>(
 }
 
 /// An ephemeral sequential node created and deleted with `zookeeper-client` alone (`list`:
-/// with a listing of the folder between, the least a queue recipe can send).
+/// with a listing of the folder sent right behind the create, the least a queue recipe can
+/// send and wait for).
 async fn raw_pair(client: &zk::Client, dir: &str, list: bool) {
     let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
     let prefix = format!("{dir}/n-");
-    let (_, seq) = client.create(&prefix, b"owner", &mode).await.unwrap();
-    if list {
-        client.list_children(dir).await.unwrap();
-    }
+    let created = client.create(&prefix, b"owner", &mode);
+    let seq = if list {
+        let listed = client.list_children(dir);
+        tokio::try_join!(created, listed).unwrap().0 .1
+    } else {
+        created.await.unwrap().1
+    };
     client
         .delete(&format!("{prefix}{seq}"), None)
         .await
