@@ -61,6 +61,8 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
+    /// Client options with `lease` as the default lease (the session timeout on ZooKeeper)
+    /// and the password, if one was given.
     pub fn options(&self, lease: Duration) -> fencelock::ClientOptions {
         let options = fencelock::ClientOptions::default().default_lease(lease);
         match &self.password {
@@ -69,6 +71,7 @@ impl Connection {
         }
     }
 
+    /// Connects to the URLs (several: RedLock).
     pub async fn connect(&self, lease: Duration) -> Result<fencelock::Client, fencelock::Error> {
         let urls: Vec<&str> = self.url.iter().map(String::as_str).collect();
         fencelock::Client::connect_all_with(&urls, self.options(lease)).await

@@ -12,8 +12,6 @@
 //!   [`fenced::FencedUpdate`] for SQL stores.
 //! - [`Error`]: one `#[non_exhaustive]` error type; bad input is an [`InputError`], found
 //!   before any I/O.
-#![warn(missing_docs)]
-#![forbid(unsafe_code)]
 
 mod abandoned;
 mod backend;
