@@ -13,6 +13,11 @@ ensure_servers() {
     || missing+=(zookeeper)
   [ -n "${FENCELOCK_CURATOR_CLASSPATH:-}" ] || [ -f /usr/share/java/curator-recipes.jar ] \
     || missing+=(libcurator-recipes-java)
+  # etcd for the etcd backend's tests (the test kit starts its own members); protoc builds the
+  # etcd client crate's gRPC code.
+  command -v etcd >/dev/null || missing+=(etcd-server)
+  command -v etcdctl >/dev/null || missing+=(etcd-client)
+  command -v protoc >/dev/null || missing+=(protobuf-compiler)
   [ ${#missing[@]} -eq 0 ] && return 0
   local sudo=""
   if [ "$(id -u)" -ne 0 ]; then

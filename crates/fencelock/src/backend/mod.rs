@@ -20,7 +20,13 @@ use crate::name::LockKeys;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) mod holdings;
 pub(crate) mod redis;
+#[cfg(feature = "etcd")]
+pub(crate) mod session_holds;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
@@ -93,6 +99,9 @@ pub(crate) enum Service {
     /// ZooKeeper (feature `zookeeper`): Curator's lock layout, one session per client.
     #[cfg(feature = "zookeeper")]
     ZooKeeper(zookeeper::ZooKeeper),
+    /// etcd (feature `etcd`): the layout of etcd's `concurrency.Mutex`, one lease per client.
+    #[cfg(feature = "etcd")]
+    Etcd(etcd::Etcd),
 }
 
 impl Service {
@@ -102,6 +111,8 @@ impl Service {
             Service::Redis(r) => r.server(),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.server(),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => e.server(),
         }
     }
 
@@ -111,6 +122,8 @@ impl Service {
             Service::Redis(r) => r.check(options, lease),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.check(options, lease),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => e.check(options, lease),
         }
     }
 
@@ -130,6 +143,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.acquire(ctx, request, wait)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.acquire(ctx, request, wait)),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(e.acquire(ctx, request, wait)),
         }
     }
 
@@ -143,6 +158,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.release(ctx, hold)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.release(ctx, hold)),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(e.release(ctx, hold)),
         }
     }
 
@@ -152,6 +169,8 @@ impl Service {
             Service::Redis(r) => r.release_later(ctx, hold),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.release_later(ctx, hold),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => e.release_later(ctx, hold),
         }
     }
 
@@ -165,6 +184,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.release_owner(keys, owner)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.release_owner(keys, owner)),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(e.release_owner(keys, owner)),
         }
     }
 
@@ -178,6 +199,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.extend(hold, lease)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(std::future::ready(z.extend())),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(std::future::ready(e.extend())),
         }
     }
 
@@ -187,6 +210,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.renew(holds)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(std::future::ready(z.renew())),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(std::future::ready(e.renew())),
         }
     }
 
@@ -199,6 +224,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.status(keys)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.status(keys)),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(e.status(keys)),
         }
     }
 
@@ -211,6 +238,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.force_unlock(keys)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.force_unlock(keys)),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(e.force_unlock(keys)),
         }
     }
 }
