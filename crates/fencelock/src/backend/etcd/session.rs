@@ -176,7 +176,16 @@ impl Session {
     {
         match tokio::time::timeout(self.response_timeout, request(self.client.clone())).await {
             Err(_) => Err(Fault::Timeout),
-            Ok(reply) => reply.map_err(Fault::Etcd),
+            Ok(Ok(reply)) => Ok(reply),
+            // A put under the lease found it gone (revoked, or expired before a keep-alive
+            // could say so): the session is over.
+            Ok(Err(etcd::Error::GRpcStatus(s)))
+                if s.code() as i32 == 5 && s.message().contains("lease not found") =>
+            {
+                self.end("a request found the lease gone");
+                Err(Fault::Ended)
+            }
+            Ok(Err(e)) => Err(Fault::Etcd(e)),
         }
     }
 
