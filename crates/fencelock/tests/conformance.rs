@@ -1,5 +1,6 @@
 //! One conformance suite, run against every deployment: one Redis, Sentinel, Cluster, RedLock
-//! over three servers, ZooKeeper standalone and a ZooKeeper ensemble (issue 10, section 3).
+//! over three servers, ZooKeeper standalone and a ZooKeeper ensemble (issue 10, section 3),
+//! etcd with one member and with three (issue 11).
 //!
 //! The behaviours are written once, as async fns over a [`Deployment`]; what a deployment
 //! cannot offer it declares in its [`Caps`], and the suite checks the declaration: the call
@@ -7,8 +8,8 @@
 //! Each deployment is started once and runs every behaviour in turn, on fresh lock names
 //! (servers are slow to start on small machines: a 6-node cluster, three JVMs).
 //!
-//! Sentinel, Cluster and the ZooKeeper ensemble run in the nextest `topology` group (one at
-//! a time): `.config/nextest.toml`.
+//! Sentinel, Cluster, the ZooKeeper ensemble and the etcd cluster run in the nextest
+//! `topology` group (one at a time): `.config/nextest.toml`.
 
 mod common;
 
@@ -331,6 +332,105 @@ mod zk {
             .unwrap()
             .expect("start a ZooKeeper ensemble");
         Ensemble(ensemble)
+    }
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    use super::*;
+    use fencelock_testkit::{EtcdCluster, EtcdServer};
+
+    pub const ETCD: Caps = Caps {
+        extend: false,
+        fixed_lease: false,
+        replica_acks: false,
+        brace_names_refused: true,
+        slash_names_refused: true,
+        foreign_owner_reentry: false,
+        waiter_queue: true,
+        status_counts_holds: false,
+    };
+
+    fn bad_urls(url: &str) -> Vec<Vec<String>> {
+        vec![
+            vec!["etcd://127.0.0.1:notaport".into()],
+            vec![format!("{url}//x")],
+            vec![url.replacen("etcd://", "etcd://:secret@", 1)],
+            // One lease per client: several etcd:// URLs are an input error.
+            vec![url.to_string(), url.to_string()],
+        ]
+    }
+
+    /// Another client's forced unlock deletes the holder's key.
+    async fn force_unlock(urls: Vec<String>, name: &str) {
+        let other = try_connect(&urls, ClientOptions::default())
+            .await
+            .expect("connect");
+        let removed = other.force_unlock(name).await.expect("force_unlock");
+        assert_eq!(removed.len(), 1, "{removed:?}");
+        other.close().await.expect("close");
+    }
+
+    pub struct Single(pub EtcdServer);
+
+    impl Deployment for Single {
+        fn urls(&self) -> Vec<String> {
+            vec![self.0.url()]
+        }
+        fn caps(&self) -> Caps {
+            ETCD
+        }
+        fn bad_urls(&self) -> Vec<Vec<String>> {
+            bad_urls(&self.0.url())
+        }
+        fn pause(&self) {
+            self.0.pause();
+        }
+        fn resume(&self) {
+            self.0.resume();
+        }
+        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
+            Box::pin(force_unlock(self.urls(), name))
+        }
+    }
+
+    pub struct Cluster(pub EtcdCluster);
+
+    impl Deployment for Cluster {
+        fn urls(&self) -> Vec<String> {
+            vec![self.0.url()]
+        }
+        fn caps(&self) -> Caps {
+            ETCD
+        }
+        fn bad_urls(&self) -> Vec<Vec<String>> {
+            bad_urls(&self.0.url())
+        }
+        fn pause(&self) {
+            self.0.members().iter().for_each(EtcdServer::pause);
+        }
+        fn resume(&self) {
+            self.0.members().iter().for_each(EtcdServer::resume);
+        }
+        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
+            Box::pin(force_unlock(self.urls(), name))
+        }
+    }
+
+    pub async fn single() -> Single {
+        let server = tokio::task::spawn_blocking(EtcdServer::start)
+            .await
+            .unwrap()
+            .expect("start etcd");
+        Single(server)
+    }
+
+    pub async fn cluster() -> Cluster {
+        let cluster = tokio::task::spawn_blocking(EtcdCluster::start)
+            .await
+            .unwrap()
+            .expect("start an etcd cluster");
+        Cluster(cluster)
     }
 }
 
@@ -881,4 +981,8 @@ conformance! {
     conformance_zookeeper_standalone => zk::standalone();
     #[cfg(feature = "zookeeper")]
     conformance_zookeeper_ensemble => zk::ensemble();
+    #[cfg(feature = "etcd")]
+    conformance_etcd_single => etcd::single();
+    #[cfg(feature = "etcd")]
+    conformance_etcd_cluster => etcd::cluster();
 }
