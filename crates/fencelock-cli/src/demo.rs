@@ -8,8 +8,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clap::Args;
-use fencelock_testkit::RedisServer;
+use clap::{Args, ValueEnum};
+use fencelock_testkit::{EtcdServer, RedisServer};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use redis::AsyncCommands;
@@ -35,6 +35,48 @@ pub struct DemoArgs {
     /// Lock acquisitions per worker in the first scene.
     #[arg(long, default_value_t = 6)]
     rounds: usize,
+    /// The lock service the demo starts (the record the workers update is always on a
+    /// throwaway Redis).
+    #[arg(long, value_enum, default_value_t = Backend::Redis)]
+    backend: Backend,
+}
+
+/// The lock services `fencelock demo` can start.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Backend {
+    /// A throwaway redis-server.
+    Redis,
+    /// A throwaway one-member etcd (Debian's etcd-server).
+    Etcd,
+}
+
+/// The demo's lock server, stopped when dropped.
+enum LockServer {
+    Redis(RedisServer),
+    Etcd(EtcdServer),
+}
+
+impl LockServer {
+    fn start(backend: Backend) -> Result<Self, fencelock_testkit::TestkitError> {
+        Ok(match backend {
+            Backend::Redis => Self::Redis(RedisServer::start()?),
+            Backend::Etcd => Self::Etcd(EtcdServer::start()?),
+        })
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Self::Redis(s) => s.url(),
+            Self::Etcd(s) => s.url(),
+        }
+    }
+
+    fn program(&self) -> &'static str {
+        match self {
+            Self::Redis(_) => "redis-server",
+            Self::Etcd(_) => "etcd",
+        }
+    }
 }
 
 /// Arguments of the hidden `fencelock demo-worker`.
@@ -256,7 +298,7 @@ pub async fn demo(args: DemoArgs) -> u8 {
     let ui = Ui {
         tty: std::io::stdout().is_terminal(),
     };
-    let servers = (RedisServer::start(), RedisServer::start());
+    let servers = (LockServer::start(args.backend), RedisServer::start());
     let (lock_server, record_server) = match servers {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
@@ -272,8 +314,9 @@ pub async fn demo(args: DemoArgs) -> u8 {
         }
     };
     ui.line(&format!(
-        "fencelock demo: lock server {} and record server {} (throwaway redis-server processes)",
+        "fencelock demo: lock server {} ({}) and record server {} (redis-server), both throwaway",
         lock_server.url(),
+        lock_server.program(),
         record_server.url()
     ));
     let demo = Demo {
