@@ -2,8 +2,9 @@
 //! measured against it in the same run as the reference, results as JSON and as
 //! docs/PERFORMANCE.md.
 //!
-//! `cargo run --release -p fencelock --features zookeeper --example bench -- [--json PATH]
-//! [--markdown PATH] [--quick]` (without `--features zookeeper`: the Redis rows only).
+//! `cargo run --release -p fencelock --features zookeeper,etcd --example bench -- [--json PATH]
+//! [--markdown PATH] [--quick]` (without a feature: without its rows). `--etcd-only` runs the
+//! etcd rows alone and writes only the etcd section to `--markdown PATH`.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +15,9 @@ use fencelock::{Client, ClientOptions, LockOptions};
 use fencelock_testkit::RedisServer;
 use serde_json::{json, Value};
 
+#[cfg(feature = "etcd")]
+#[path = "bench/etcd.rs"]
+mod etcd;
 #[cfg(feature = "zookeeper")]
 #[path = "bench/zookeeper.rs"]
 mod zookeeper;
@@ -22,6 +26,7 @@ struct Args {
     json: String,
     markdown: Option<String>,
     secs: f64,
+    etcd_only: bool,
 }
 
 fn args() -> Args {
@@ -29,6 +34,7 @@ fn args() -> Args {
         json: "target/bench.json".into(),
         markdown: None,
         secs: 3.0,
+        etcd_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -36,6 +42,7 @@ fn args() -> Args {
             "--json" => a.json = it.next().expect("--json PATH"),
             "--markdown" => a.markdown = Some(it.next().expect("--markdown PATH")),
             "--quick" => a.secs = 1.0,
+            "--etcd-only" => a.etcd_only = true,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -436,6 +443,9 @@ fn main() {
 /// The scenarios that need a runtime, run on the one that suits them.
 fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
     let args = args();
+    if args.etcd_only {
+        return etcd_only(multi, single, &args);
+    }
     let server = RedisServer::start().expect("redis-server");
     let url = server.url();
     let sha = load_acquire(&server);
@@ -525,6 +535,10 @@ fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
     });
     #[cfg(not(feature = "zookeeper"))]
     let zookeeper = json!(null);
+    #[cfg(feature = "etcd")]
+    let etcd = etcd::run(multi, single, args.secs);
+    #[cfg(not(feature = "etcd"))]
+    let etcd = json!(null);
 
     let result = json!({
         "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) },
@@ -556,6 +570,7 @@ fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
         "watchdog_10k_locks": many,
         "redlock_5": redlock5,
         "zookeeper": zookeeper,
+        "etcd": etcd,
         "rounds": rounds,
     });
     let text = serde_json::to_string_pretty(&result).unwrap();
@@ -568,6 +583,34 @@ fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime) {
         std::fs::write(&md, markdown(&result)).unwrap();
         eprintln!("wrote {md}");
     }
+}
+
+/// The etcd rows alone (`--etcd-only`): JSON, and the etcd section of docs/PERFORMANCE.md to
+/// `--markdown PATH`, to be put in place of that section by hand.
+fn etcd_only(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime, args: &Args) {
+    #[cfg(feature = "etcd")]
+    let result = json!({ "etcd": etcd::run(multi, single, args.secs) });
+    #[cfg(not(feature = "etcd"))]
+    let result = {
+        let _ = (multi, single);
+        json!({ "etcd": null })
+    };
+    let text = serde_json::to_string_pretty(&result).unwrap();
+    println!("{text}");
+    if let Some(md) = &args.markdown {
+        std::fs::write(md, etcd_markdown(&result["etcd"])).unwrap();
+        eprintln!("wrote {md}");
+    }
+}
+
+/// The etcd section (a note when built without the `etcd` feature).
+fn etcd_markdown(e: &Value) -> String {
+    #[cfg(feature = "etcd")]
+    if !e.is_null() {
+        return etcd::markdown(e);
+    }
+    let _ = e;
+    "## etcd\n\nNot measured: this run was built without `--features etcd`.\n\n".into()
 }
 
 /// The ZooKeeper section (empty note when built without the `zookeeper` feature).
@@ -758,6 +801,7 @@ round trips of the third-fastest server, not ten.\n\n\
 | plain redis-rs doing the same fan-out (no fencelock) | {rlraw:.0} µs per pair |\n\
 | **fencelock pair / plain fan-out** | **{rlrawratio:.2}** |\n\n\
 {zk}\
+{etcd}\
 ## Reading the numbers\n\n\
 - **Uncontended** is limited by round trips: an acquire and a release are two of them, and the\n\
   library reaches the ceiling that `redis-benchmark -c 1` sets for the same script. On a\n\
@@ -802,6 +846,7 @@ round trips of the third-fastest server, not ten.\n\n\
   within 10 ms of each other go out as one pipeline of up to 1,000 commands.\n",
         cores = r["machine"]["cores"],
         zk = zookeeper_markdown(&r["zookeeper"]),
+        etcd = etcd_markdown(&r["etcd"]),
         ping = f(&reference["redis_benchmark_ping_c1_rps"]),
         a1 = f(&reference["redis_benchmark_acquire_script_c1_rps"]),
         a64 = f(&reference["redis_benchmark_acquire_script_c64_rps"]),

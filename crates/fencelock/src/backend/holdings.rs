@@ -133,6 +133,16 @@ impl Holdings {
         removed
     }
 
+    /// Every holding that is not being deleted: (lock, owner, path, token).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn all(&self) -> Vec<(String, Arc<str>, String, u64)> {
+        let map = self.map();
+        map.iter()
+            .filter(|(_, h)| !h.closing)
+            .map(|((n, o), h)| (n.clone(), o.clone(), h.path.clone(), h.token))
+            .collect()
+    }
+
     /// The token of the owner's holding, if this client holds the lock as `owner`.
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn token(&self, name: &str, owner: &Arc<str>) -> Option<u64> {

@@ -8,6 +8,7 @@
 //! - `recipe`: the keys (create if absent, the queue order, waiting on the key just before
 //!   one's own from the current revision, undo).
 //! - `ops`: releases, status, forced unlocks.
+//! - `audit`: holdings whose key was deleted behind the client's back (a forced unlock).
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with
 //!   ZooKeeper).
 //!
@@ -17,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::recipe::{Deletion, Entry, Place};
+use self::recipe::{Entry, Place};
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
 use super::holdings::Holdings;
@@ -29,6 +30,7 @@ use crate::name::LockKeys;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::Renewals;
 
+mod audit;
 mod ops;
 mod recipe;
 mod session;
@@ -78,18 +80,14 @@ impl Etcd {
             .into());
         }
         let (session, warnings) = Session::connect(&target, options).await?;
-        let inner = Inner {
+        let inner = Arc::new(Inner {
             session,
             holdings: Holdings::default(),
             slots: Slots::default(),
             prefix: target.prefix,
-        };
-        Ok((
-            Self {
-                inner: Arc::new(inner),
-            },
-            warnings,
-        ))
+        });
+        tokio::spawn(audit::audit(Arc::downgrade(&inner)));
+        Ok((Self { inner }, warnings))
     }
 
     pub(crate) fn server(&self) -> String {
@@ -371,36 +369,42 @@ impl Inner {
         };
         let fail = |f| self.fail(Some(name), f);
         let dir = recipe::dir(&self.prefix, name);
-        let mine = loop {
-            match recipe::create(session, &attempt.key, owner).await {
-                Ok(revision) => break revision,
+        let created = loop {
+            match recipe::create(session, &dir, &attempt.key, owner).await {
+                Ok(created) => break created,
                 Err(f) if transient(&f) => tokio::time::sleep(RETRY).await,
                 Err(f) => return Err(fail(f)),
             }
         };
+        let mine = created.revision;
         attempt.revision = Some(mine);
-        let mut checked = false;
+        if created.holder.revision == mine {
+            return Ok(Some(mine));
+        }
+        self.foreign(owner, &created.holder)?;
+        let mut before = match (wait, created.before) {
+            (Wait::No, _) => return Ok(None),
+            (_, Some(before)) => before,
+            (_, None) => return Err(fail(Fault::Malformed("a holder but no key before ours"))),
+        };
         loop {
-            let (holder, before) = match recipe::place(session, &dir, &attempt.key, mine).await {
-                Ok(Some(Place::Holder)) => return Ok(Some(mine)),
-                Ok(Some(Place::Behind { holder, before })) => (holder, before),
-                Ok(None) => return Err(self.vanished(name)),
-                Err(f) if transient(&f) => {
-                    tokio::time::sleep(RETRY).await;
-                    continue;
-                }
-                Err(f) => return Err(fail(f)),
-            };
-            if !checked {
-                self.foreign(owner, &holder)?;
-                checked = true;
-            }
-            if matches!(wait, Wait::No) {
-                return Ok(None);
-            }
             match recipe::wait_for(session, &before, deadline).await {
                 Ok(true) => {}
                 Ok(false) => return Ok(None),
+                Err(f) if transient(&f) => tokio::time::sleep(RETRY).await,
+                Err(f) => return Err(fail(f)),
+            }
+            match recipe::place(session, &dir, &attempt.key, mine).await {
+                Ok(Some(Place::Holder)) => return Ok(Some(mine)),
+                Ok(Some(Place::Behind {
+                    holder,
+                    before: next,
+                })) => {
+                    // The holder changed: the new one may be this owner in another client.
+                    self.foreign(owner, &holder)?;
+                    before = next;
+                }
+                Ok(None) => return Err(self.vanished(name)),
                 Err(f) if transient(&f) => tokio::time::sleep(RETRY).await,
                 Err(f) => return Err(fail(f)),
             }
@@ -451,7 +455,7 @@ impl Inner {
     }
 
     /// The attempt's key is the lowest: a new holding, which keeps the client's slot for the
-    /// lock and is watched for a forced delete.
+    /// lock (`audit` finds it if its key is deleted behind the client's back).
     fn held(
         self: &Arc<Self>,
         ctx: &Ctx,
@@ -473,36 +477,6 @@ impl Inner {
         self.holdings
             .insert(name, request.owner, key.clone(), &lease);
         self.slots.keep(name, slot);
-        self.watch(ctx, name, request.owner, key, revision);
         Ok(Held { lease, count: 1 })
-    }
-
-    /// Fires the holding's lost signals when its key is deleted by someone else; watches
-    /// again after a broken watch (a leader change) while the holding lasts.
-    fn watch(
-        self: &Arc<Self>,
-        ctx: &Ctx,
-        name: &str,
-        owner: &Arc<str>,
-        key: String,
-        revision: i64,
-    ) {
-        let me = self.clone();
-        let (name, owner) = (name.to_owned(), owner.clone());
-        ctx.background.linger(async move {
-            let ours = || me.holdings.token(&name, &owner) == u64::try_from(revision).ok();
-            while ours() && !me.session.ended.is_cancelled() {
-                match Deletion::watch(&me.session, &key, revision).await {
-                    Ok(Some(deletion)) => deletion.gone().await,
-                    Ok(None) => {
-                        if me.holdings.vanished(&name, &owner, &key) {
-                            me.slots.free(&name);
-                        }
-                        return;
-                    }
-                    Err(_) => tokio::time::sleep(RETRY * 4).await,
-                }
-            }
-        });
     }
 }

@@ -87,11 +87,38 @@ fn revision(reply: &etcd::TxnResponse) -> Result<i64, Fault> {
     Ok(header.revision())
 }
 
-/// Puts the attempt's key if it is absent and returns its create revision. A key already
-/// there is this client's (the lease is in its name): left by a give-back that failed, or
-/// made by a try whose reply was lost. It is deleted (only that revision of it) and the put
-/// tried again, so that every holding gets a fresh token and a place at the end of the queue.
-pub(crate) async fn create(session: &Session, key: &str, owner: &str) -> Result<i64, Fault> {
+/// The attempt's key as put, and the queue around it as the same transaction read it.
+pub(crate) struct Created {
+    /// The key's create revision.
+    pub(crate) revision: i64,
+    /// The key with the lowest create revision once the key was put (the attempt's own when
+    /// the lock was free).
+    pub(crate) holder: Entry,
+    /// The key just before the attempt's own (the newest before the put), if any.
+    pub(crate) before: Option<Entry>,
+}
+
+/// The query for the key of the lock's range with the lowest (`Ascend`) or the highest
+/// (`Descend`) create revision.
+fn end_of_queue(order: SortOrder) -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, order)
+        .with_limit(1)
+}
+
+/// Puts the attempt's key if it is absent, and reads in the same transaction the key just
+/// before it (the newest before the put) and the holder after it: on a free lock the attempt
+/// holds it after one round trip, and a waiter knows what to watch. A key already there is
+/// this client's (the lease is in its name): left by a give-back that failed, or made by a
+/// try whose reply was lost. It is deleted (only that revision of it) and the put tried
+/// again, so that every holding gets a fresh token and a place at the end of the queue.
+pub(crate) async fn create(
+    session: &Session,
+    dir: &str,
+    key: &str,
+    owner: &str,
+) -> Result<Created, Fault> {
     for _ in 0..4 {
         let put = TxnOp::put(
             key,
@@ -100,16 +127,27 @@ pub(crate) async fn create(session: &Session, key: &str, owner: &str) -> Result<
         );
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([put])
+            .and_then([
+                TxnOp::get(dir, Some(end_of_queue(SortOrder::Descend))),
+                put,
+                TxnOp::get(dir, Some(end_of_queue(SortOrder::Ascend))),
+            ])
             .or_else([TxnOp::get(key, None)]);
         let reply = session
             .call(|mut c| async move { c.txn(txn).await })
             .await?;
+        let mut found = ranges(&reply)?.into_iter().map(|r| r.into_iter().next());
         if reply.succeeded() {
-            return revision(&reply);
+            let before = found.next().flatten();
+            let holder = found.nth(1).flatten();
+            let holder = holder.ok_or(Fault::Malformed("the lock's range is empty after a put"))?;
+            return Ok(Created {
+                revision: revision(&reply)?,
+                holder,
+                before,
+            });
         }
-        let found = ranges(&reply)?.concat();
-        if let Some(old) = found.first() {
+        if let Some(old) = found.next().flatten() {
             delete(session, key, Some(old.revision)).await?;
         }
     }
@@ -155,10 +193,6 @@ pub(crate) async fn place(
     key: &str,
     mine: i64,
 ) -> Result<Option<Place>, Fault> {
-    let first = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1);
     let before = GetOptions::new()
         .with_prefix()
         .with_max_create_revision(mine - 1)
@@ -166,7 +200,10 @@ pub(crate) async fn place(
         .with_limit(1);
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, mine)])
-        .and_then([TxnOp::get(dir, Some(first)), TxnOp::get(dir, Some(before))]);
+        .and_then([
+            TxnOp::get(dir, Some(end_of_queue(SortOrder::Ascend))),
+            TxnOp::get(dir, Some(before)),
+        ]);
     let reply = session
         .call(|mut c| async move { c.txn(txn).await })
         .await?;

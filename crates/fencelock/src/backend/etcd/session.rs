@@ -217,7 +217,7 @@ impl Session {
     }
 
     /// The lease expired or was revoked: every hold is lost, at once.
-    fn end(&self, why: &str) {
+    pub(crate) fn end(&self, why: &str) {
         if self.ended.is_cancelled() {
             return;
         }
