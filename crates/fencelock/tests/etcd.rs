@@ -410,8 +410,10 @@ async fn leader_killed_while_held() {
             let (_, acquired_at) = other.await.unwrap();
             let lost = lost_at.lock().unwrap().expect("the holder was told");
             assert!(lost < acquired_at, "both held the lock");
+            eprintln!("leader kill: the holder was told it lost the lock, then the other took it");
         } else {
             assert!(held.is_held(), "neither holds the lock");
+            eprintln!("leader kill: the holder kept the lock through the election");
             let before = held.fencing_token();
             held.release().await.unwrap();
             let (next, _) = within(10.0, "hand-over", other).await.unwrap();

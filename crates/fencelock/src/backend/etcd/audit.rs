@@ -45,7 +45,10 @@ impl Inner {
         let options = LeaseTimeToLiveOptions::new().with_keys();
         let asked = self
             .session
-            .call(|c| async move { c.lease_client().time_to_live(lease, Some(options)).await })
+            .call(|c| {
+                let options = options.clone();
+                async move { c.lease_client().time_to_live(lease, Some(options)).await }
+            })
             .await;
         let Ok(reply) = asked else { return };
         let Some(at) = reply.header().map(|h| h.revision()) else {

@@ -133,9 +133,7 @@ pub(crate) async fn create(
                 TxnOp::get(dir, Some(end_of_queue(SortOrder::Ascend))),
             ])
             .or_else([TxnOp::get(key, None)]);
-        let reply = session
-            .call(|mut c| async move { c.txn(txn).await })
-            .await?;
+        let reply = session.txn(txn).await?;
         let mut found = ranges(&reply)?.into_iter().map(|r| r.into_iter().next());
         if reply.succeeded() {
             let before = found.next().flatten();
@@ -170,9 +168,7 @@ pub(crate) async fn delete(
     let txn = Txn::new()
         .when([compare])
         .and_then([TxnOp::delete(key, None)]);
-    let reply = session
-        .call(|mut c| async move { c.txn(txn).await })
-        .await?;
+    let reply = session.txn(txn).await?;
     Ok(reply.succeeded())
 }
 
@@ -204,9 +200,7 @@ pub(crate) async fn place(
             TxnOp::get(dir, Some(end_of_queue(SortOrder::Ascend))),
             TxnOp::get(dir, Some(before)),
         ]);
-    let reply = session
-        .call(|mut c| async move { c.txn(txn).await })
-        .await?;
+    let reply = session.txn(txn).await?;
     if !reply.succeeded() {
         return Ok(None);
     }
@@ -240,7 +234,7 @@ impl Deletion {
         let options = etcd::WatchOptions::new().with_filters([etcd::WatchFilterType::NoPut]);
         let mut stream = session
             .call(|mut c| {
-                let key = key.to_owned();
+                let (key, options) = (key.to_owned(), options.clone());
                 async move { c.watch(key, Some(options)).await }
             })
             .await?;
@@ -252,9 +246,7 @@ impl Deletion {
             Ok(_) => return Err(Fault::Malformed("the watch was not created")),
         }
         let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]);
-        let reply = session
-            .call(|mut c| async move { c.txn(txn).await })
-            .await?;
+        let reply = session.txn(txn).await?;
         Ok(reply.succeeded().then_some(Self { stream }))
     }
 
@@ -299,7 +291,7 @@ pub(crate) async fn entries(session: &Session, dir: &str) -> Result<Vec<Entry>, 
         .with_sort(SortTarget::Create, SortOrder::Ascend);
     let reply = session
         .call(|mut c| {
-            let dir = dir.to_owned();
+            let (dir, all) = (dir.to_owned(), all.clone());
             async move { c.get(dir, Some(all)).await }
         })
         .await?;

@@ -29,6 +29,19 @@ use super::url::EtcdTarget;
 /// Keep-alives per TTL.
 const KEEPALIVES_PER_TTL: u32 = 3;
 
+/// The pause before a request that could not be sent goes again.
+const RESEND: Duration = Duration::from_millis(20);
+
+/// Whether the request never left the client: no connection to the member it was given to.
+fn unsent(e: &etcd::Error) -> bool {
+    match e {
+        etcd::Error::TransportError(_) => true,
+        // gRPC's UNAVAILABLE with tonic's connection error.
+        etcd::Error::GRpcStatus(s) => s.code() as i32 == 14 && s.message().contains("connect"),
+        _ => false,
+    }
+}
+
 /// Why a request to etcd failed.
 #[derive(Debug)]
 pub(crate) enum Fault {
@@ -165,28 +178,46 @@ impl Session {
         }
     }
 
-    /// Sends one request (built by `request` from a clone of the client) bounded by the
-    /// response timeout.
+    /// Sends one request (built by `request` from a clone of the client), bounded by the
+    /// response timeout. A request that could not be sent (a member that is down: the client
+    /// spreads requests over every endpoint of the URL) is sent again, to whichever member
+    /// takes it, until the timeout.
     pub(crate) async fn call<T, Fut>(
         &self,
-        request: impl FnOnce(etcd::Client) -> Fut,
+        request: impl Fn(etcd::Client) -> Fut,
     ) -> Result<T, Fault>
     where
         Fut: Future<Output = Result<T, etcd::Error>>,
     {
-        match tokio::time::timeout(self.response_timeout, request(self.client.clone())).await {
-            Err(_) => Err(Fault::Timeout),
-            Ok(Ok(reply)) => Ok(reply),
-            // A put under the lease found it gone (revoked, or expired before a keep-alive
-            // could say so): the session is over.
-            Ok(Err(etcd::Error::GRpcStatus(s)))
-                if s.code() as i32 == 5 && s.message().contains("lease not found") =>
-            {
-                self.end("a request found the lease gone");
-                Err(Fault::Ended)
+        let deadline = Instant::now() + self.response_timeout;
+        loop {
+            let reply = tokio::time::timeout_at(deadline, request(self.client.clone())).await;
+            match reply {
+                Err(_) => return Err(Fault::Timeout),
+                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Err(e)) if unsent(&e) && Instant::now() + RESEND < deadline => {
+                    tokio::time::sleep(RESEND).await;
+                }
+                // A put under the lease found it gone (revoked, or expired before a keep-alive
+                // could say so): the session is over.
+                Ok(Err(etcd::Error::GRpcStatus(s)))
+                    if s.code() as i32 == 5 && s.message().contains("lease not found") =>
+                {
+                    self.end("a request found the lease gone");
+                    return Err(Fault::Ended);
+                }
+                Ok(Err(e)) => return Err(Fault::Etcd(e)),
             }
-            Ok(Err(e)) => Err(Fault::Etcd(e)),
         }
+    }
+
+    /// One transaction, through [`Session::call`].
+    pub(crate) async fn txn(&self, txn: etcd::Txn) -> Result<etcd::TxnResponse, Fault> {
+        self.call(|mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
     }
 
     fn heard(&self, sent: Instant) {
