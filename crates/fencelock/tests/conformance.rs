@@ -235,6 +235,18 @@ impl Deployment for Cluster {
     }
 }
 
+/// Another client's forced unlock deletes the holder's node or key (the services whose locks
+/// belong to a session: ZooKeeper, etcd).
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+async fn force_unlock(urls: Vec<String>, name: &str) {
+    let other = try_connect(&urls, ClientOptions::default())
+        .await
+        .expect("connect");
+    let removed = other.force_unlock(name).await.expect("force_unlock");
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    other.close().await.expect("close");
+}
+
 #[cfg(feature = "zookeeper")]
 mod zk {
     use super::*;
@@ -260,16 +272,6 @@ mod zk {
             // One session per client: several zk:// URLs are an input error.
             vec![url.to_string(), url.to_string()],
         ]
-    }
-
-    /// Another client's forced unlock deletes the holder's node.
-    async fn force_unlock(urls: Vec<String>, name: &str) {
-        let other = try_connect(&urls, ClientOptions::default())
-            .await
-            .expect("connect");
-        let removed = other.force_unlock(name).await.expect("force_unlock");
-        assert_eq!(removed.len(), 1, "{removed:?}");
-        other.close().await.expect("close");
     }
 
     pub struct Standalone(pub ZooKeeperServer);
@@ -359,16 +361,6 @@ mod etcd {
             // One lease per client: several etcd:// URLs are an input error.
             vec![url.to_string(), url.to_string()],
         ]
-    }
-
-    /// Another client's forced unlock deletes the holder's key.
-    async fn force_unlock(urls: Vec<String>, name: &str) {
-        let other = try_connect(&urls, ClientOptions::default())
-            .await
-            .expect("connect");
-        let removed = other.force_unlock(name).await.expect("force_unlock");
-        assert_eq!(removed.len(), 1, "{removed:?}");
-        other.close().await.expect("close");
     }
 
     pub struct Single(pub EtcdServer);
