@@ -247,12 +247,86 @@ async fn force_unlock(urls: Vec<String>, name: &str) {
     other.close().await.expect("close");
 }
 
+/// The servers of a session-based deployment (one server, or every member of an ensemble
+/// or cluster), as the suite drives them.
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+trait Members: Send + Sync {
+    fn url(&self) -> String;
+    fn pause(&self);
+    fn resume(&self);
+}
+
+/// A ZooKeeper or etcd deployment: its servers, what it offers, the URLs it refuses. A lock
+/// is lost by another client's forced unlock.
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+struct Sessioned<M: Members> {
+    members: M,
+    caps: Caps,
+    bad_urls: fn(&str) -> Vec<Vec<String>>,
+}
+
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+impl<M: Members> Deployment for Sessioned<M> {
+    fn urls(&self) -> Vec<String> {
+        vec![self.members.url()]
+    }
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+    fn bad_urls(&self) -> Vec<Vec<String>> {
+        (self.bad_urls)(&self.members.url())
+    }
+    fn pause(&self) {
+        self.members.pause();
+    }
+    fn resume(&self) {
+        self.members.resume();
+    }
+    fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(force_unlock(self.urls(), name))
+    }
+}
+
+/// Implements [`Members`] for a test-kit handle: one server, or a set of them.
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+macro_rules! members {
+    ($server:ty) => {
+        impl Members for $server {
+            fn url(&self) -> String {
+                <$server>::url(self)
+            }
+            fn pause(&self) {
+                <$server>::pause(self);
+            }
+            fn resume(&self) {
+                <$server>::resume(self);
+            }
+        }
+    };
+    ($set:ty, $server:ty) => {
+        impl Members for $set {
+            fn url(&self) -> String {
+                <$set>::url(self)
+            }
+            fn pause(&self) {
+                self.members().iter().for_each(<$server>::pause);
+            }
+            fn resume(&self) {
+                self.members().iter().for_each(<$server>::resume);
+            }
+        }
+    };
+}
+
 #[cfg(feature = "zookeeper")]
 mod zk {
     use super::*;
     use fencelock_testkit::{ZooKeeperEnsemble, ZooKeeperServer};
 
-    pub const ZOOKEEPER: Caps = Caps {
+    members!(ZooKeeperServer);
+    members!(ZooKeeperEnsemble, ZooKeeperServer);
+
+    const ZOOKEEPER: Caps = Caps {
         extend: false,
         fixed_lease: false,
         replica_acks: false,
@@ -274,66 +348,28 @@ mod zk {
         ]
     }
 
-    pub struct Standalone(pub ZooKeeperServer);
-
-    impl Deployment for Standalone {
-        fn urls(&self) -> Vec<String> {
-            vec![self.0.url()]
-        }
-        fn caps(&self) -> Caps {
-            ZOOKEEPER
-        }
-        fn bad_urls(&self) -> Vec<Vec<String>> {
-            bad_urls(&self.0.url())
-        }
-        fn pause(&self) {
-            self.0.pause();
-        }
-        fn resume(&self) {
-            self.0.resume();
-        }
-        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
-            Box::pin(force_unlock(self.urls(), name))
-        }
-    }
-
-    pub struct Ensemble(pub ZooKeeperEnsemble);
-
-    impl Deployment for Ensemble {
-        fn urls(&self) -> Vec<String> {
-            vec![self.0.url()]
-        }
-        fn caps(&self) -> Caps {
-            ZOOKEEPER
-        }
-        fn bad_urls(&self) -> Vec<Vec<String>> {
-            bad_urls(&self.0.url())
-        }
-        fn pause(&self) {
-            self.0.members().iter().for_each(ZooKeeperServer::pause);
-        }
-        fn resume(&self) {
-            self.0.members().iter().for_each(ZooKeeperServer::resume);
-        }
-        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
-            Box::pin(force_unlock(self.urls(), name))
-        }
-    }
-
-    pub async fn standalone() -> Standalone {
-        let server = tokio::task::spawn_blocking(ZooKeeperServer::start)
+    pub async fn standalone() -> Sessioned<ZooKeeperServer> {
+        let members = tokio::task::spawn_blocking(ZooKeeperServer::start)
             .await
             .unwrap()
             .expect("start ZooKeeper");
-        Standalone(server)
+        Sessioned {
+            members,
+            caps: ZOOKEEPER,
+            bad_urls,
+        }
     }
 
-    pub async fn ensemble() -> Ensemble {
-        let ensemble = tokio::task::spawn_blocking(ZooKeeperEnsemble::start)
+    pub async fn ensemble() -> Sessioned<ZooKeeperEnsemble> {
+        let members = tokio::task::spawn_blocking(ZooKeeperEnsemble::start)
             .await
             .unwrap()
             .expect("start a ZooKeeper ensemble");
-        Ensemble(ensemble)
+        Sessioned {
+            members,
+            caps: ZOOKEEPER,
+            bad_urls,
+        }
     }
 }
 
@@ -342,7 +378,10 @@ mod etcd {
     use super::*;
     use fencelock_testkit::{EtcdCluster, EtcdServer};
 
-    pub const ETCD: Caps = Caps {
+    members!(EtcdServer);
+    members!(EtcdCluster, EtcdServer);
+
+    const ETCD: Caps = Caps {
         extend: false,
         fixed_lease: false,
         replica_acks: false,
@@ -363,66 +402,28 @@ mod etcd {
         ]
     }
 
-    pub struct Single(pub EtcdServer);
-
-    impl Deployment for Single {
-        fn urls(&self) -> Vec<String> {
-            vec![self.0.url()]
-        }
-        fn caps(&self) -> Caps {
-            ETCD
-        }
-        fn bad_urls(&self) -> Vec<Vec<String>> {
-            bad_urls(&self.0.url())
-        }
-        fn pause(&self) {
-            self.0.pause();
-        }
-        fn resume(&self) {
-            self.0.resume();
-        }
-        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
-            Box::pin(force_unlock(self.urls(), name))
-        }
-    }
-
-    pub struct Cluster(pub EtcdCluster);
-
-    impl Deployment for Cluster {
-        fn urls(&self) -> Vec<String> {
-            vec![self.0.url()]
-        }
-        fn caps(&self) -> Caps {
-            ETCD
-        }
-        fn bad_urls(&self) -> Vec<Vec<String>> {
-            bad_urls(&self.0.url())
-        }
-        fn pause(&self) {
-            self.0.members().iter().for_each(EtcdServer::pause);
-        }
-        fn resume(&self) {
-            self.0.members().iter().for_each(EtcdServer::resume);
-        }
-        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
-            Box::pin(force_unlock(self.urls(), name))
-        }
-    }
-
-    pub async fn single() -> Single {
-        let server = tokio::task::spawn_blocking(EtcdServer::start)
+    pub async fn single() -> Sessioned<EtcdServer> {
+        let members = tokio::task::spawn_blocking(EtcdServer::start)
             .await
             .unwrap()
             .expect("start etcd");
-        Single(server)
+        Sessioned {
+            members,
+            caps: ETCD,
+            bad_urls,
+        }
     }
 
-    pub async fn cluster() -> Cluster {
-        let cluster = tokio::task::spawn_blocking(EtcdCluster::start)
+    pub async fn cluster() -> Sessioned<EtcdCluster> {
+        let members = tokio::task::spawn_blocking(EtcdCluster::start)
             .await
             .unwrap()
             .expect("start an etcd cluster");
-        Cluster(cluster)
+        Sessioned {
+            members,
+            caps: ETCD,
+            bad_urls,
+        }
     }
 }
 
