@@ -424,3 +424,32 @@ async fn leader_killed_while_held() {
     })
     .await;
 }
+
+/// A key of the client's own lease already on the lock (a give-back that failed) is deleted
+/// and put again, never adopted: the new holding gets a fresh, larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leftover_key_is_replaced_not_adopted() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(30.0, "leftover", async {
+        let a = client(&url, 10_000).await;
+        let probe = a.lock("probe").acquire().await.unwrap();
+        let (_, _, lease) = keys(&eps, "probe").await.remove(0);
+        probe.release().await.unwrap();
+        let mut raw = etcd_client::Client::connect([format!("http://{eps}")], None)
+            .await
+            .unwrap();
+        let leftover = format!("/fencelock/left/{lease:x}");
+        let put = etcd_client::PutOptions::new().with_lease(lease);
+        raw.put(leftover.clone(), "", Some(put)).await.unwrap();
+        let (_, old_revision, _) = keys(&eps, "left").await.remove(0);
+        let guard = a.lock("left").acquire().await.unwrap();
+        assert!(guard.fencing_token() > old_revision as u64);
+        let now = keys(&eps, "left").await;
+        assert_eq!(now.len(), 1, "{now:?}");
+        assert_eq!(now[0].1 as u64, guard.fencing_token());
+        guard.release().await.unwrap();
+        assert!(keys(&eps, "left").await.is_empty());
+    })
+    .await;
+}
