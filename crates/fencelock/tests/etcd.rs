@@ -453,3 +453,32 @@ async fn a_leftover_key_is_replaced_not_adopted() {
     })
     .await;
 }
+
+/// A waiter whose lease is revoked while it waits stops waiting with an error, and does not
+/// take the holder's release for the lock (etcd-io/etcd#11456, etcd-io/etcd#19597).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_whose_lease_ends_does_not_acquire() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(30.0, "waiter's lease", async {
+        let (a, b) = (client(&url, 10_000).await, client(&url, 10_000).await);
+        let held = a.lock("wl").acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let lock = b.lock("wl");
+            async move { lock.acquire().await }
+        });
+        until_keys(&eps, "wl", 2).await;
+        let (_, _, lease) = keys(&eps, "wl").await.remove(1);
+        let lease = format!("{lease:x}");
+        let eps2 = eps.clone();
+        tokio::task::spawn_blocking(move || etcdctl(&eps2, &["lease", "revoke", &lease]))
+            .await
+            .unwrap()
+            .expect("etcdctl lease revoke");
+        held.release().await.unwrap();
+        let got = within(10.0, "the waiter gives up", waiter).await.unwrap();
+        assert!(matches!(got, Err(Error::Unavailable { .. })), "{got:?}");
+        assert!(keys(&eps, "wl").await.is_empty());
+    })
+    .await;
+}

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::recipe::{Entry, Place};
+use self::recipe::{Entry, Place, Wake};
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
 use super::holdings::Holdings;
@@ -388,9 +388,13 @@ impl Inner {
             (_, None) => return Err(fail(Fault::Malformed("a holder but no key before ours"))),
         };
         loop {
+            // Even when the key before ours was the holder (the only key below ours), ours is
+            // read again before it counts as the holder: the lease may have been revoked
+            // meanwhile, which no deadline of ours bounds (etcd-io/etcd#11456; tested by
+            // `a_waiter_whose_lease_ends_does_not_acquire`).
             match recipe::wait_for(session, &before, deadline).await {
-                Ok(true) => {}
-                Ok(false) => return Ok(None),
+                Ok(Wake::Gone | Wake::Again) => {}
+                Ok(Wake::Deadline) => return Ok(None),
                 Err(f) if transient(&f) => tokio::time::sleep(RETRY).await,
                 Err(f) => return Err(fail(f)),
             }

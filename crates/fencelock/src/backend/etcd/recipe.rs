@@ -250,26 +250,46 @@ impl Deletion {
         Ok(reply.succeeded().then_some(Self { stream }))
     }
 
-    /// Waits for the deletion (or for the watch to end: the caller reads again).
-    pub(crate) async fn gone(mut self) {
+    /// Waits for the deletion (`true`), or for the watch to end (`false`: the caller reads
+    /// again).
+    pub(crate) async fn gone(mut self) -> bool {
         loop {
             match self.stream.message().await {
-                Ok(Some(reply)) if reply.events().is_empty() && !reply.canceled() => {}
-                _ => return,
+                Ok(Some(reply)) if !reply.canceled() => {
+                    let deleted = reply
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == etcd::EventType::Delete);
+                    if deleted {
+                        return true;
+                    }
+                }
+                _ => return false,
             }
         }
     }
 }
 
+/// How a wait for the key before one's own ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// That key (that create revision) is gone.
+    Gone,
+    /// The watch ended without telling: read again.
+    Again,
+    /// The deadline passed.
+    Deadline,
+}
+
 /// Waits until the key `before` (create revision `revision`) is deleted, the session ends
-/// (an error), or `deadline` passes (`false`). A key already gone returns `true` at once.
+/// (an error), or `deadline` passes. A key already gone returns at once.
 pub(crate) async fn wait_for(
     session: &Arc<Session>,
     before: &Entry,
     deadline: Option<Instant>,
-) -> Result<bool, Fault> {
+) -> Result<Wake, Fault> {
     let Some(deletion) = Deletion::watch(session, &before.key, before.revision).await? else {
-        return Ok(true);
+        return Ok(Wake::Gone);
     };
     let until = async {
         match deadline {
@@ -278,9 +298,9 @@ pub(crate) async fn wait_for(
         }
     };
     tokio::select! {
-        _ = deletion.gone() => Ok(true),
+        gone = deletion.gone() => Ok(if gone { Wake::Gone } else { Wake::Again }),
         _ = session.ended.cancelled() => Err(Fault::Ended),
-        _ = until => Ok(false),
+        _ = until => Ok(Wake::Deadline),
     }
 }
 
