@@ -16,6 +16,11 @@ ensure_servers() {
   # PostgreSQL for the fenced-SQL example and tests (the test kit runs its own server).
   [ -n "${FENCELOCK_PG_BIN:-}" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
     || missing+=(postgresql)
+  # etcd for the etcd backend's tests (the test kit starts its own members); protoc builds the
+  # etcd client crate's gRPC code.
+  command -v etcd >/dev/null || missing+=(etcd-server)
+  command -v etcdctl >/dev/null || missing+=(etcd-client)
+  command -v protoc >/dev/null || missing+=(protobuf-compiler)
   [ ${#missing[@]} -eq 0 ] && return 0
   local sudo=""
   if [ "$(id -u)" -ne 0 ]; then

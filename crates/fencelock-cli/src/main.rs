@@ -18,7 +18,7 @@ pub use duration::parse_duration;
 #[command(
     name = "fencelock",
     version,
-    about = "Distributed locks with fencing tokens, on Redis"
+    about = "Distributed locks with fencing tokens, on Redis, ZooKeeper or etcd"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -29,10 +29,11 @@ struct Cli {
 #[derive(Args, Clone)]
 pub struct Connection {
     /// Where the locks live: redis://host:6379[/db], redis+cluster://host:port,host:port,...,
-    /// redis+sentinel://host:port,host:port,.../master-name, or ZooKeeper:
-    /// zk://host:port[,host:port...][/base/path] (the session timeout is the lease). Give
-    /// --url several times (an odd number of redis:// URLs) for RedLock over independent
-    /// servers.
+    /// redis+sentinel://host:port,host:port,.../master-name, ZooKeeper:
+    /// zk://host:port[,host:port...][/base/path] (the session timeout is the lease), or etcd:
+    /// etcd://[user@]host:port[,host:port...][/prefix] (the client's lease TTL is the lease,
+    /// in whole seconds). Give --url several times (an odd number of redis:// URLs) for
+    /// RedLock over independent servers.
     #[arg(long, env = "FENCELOCK_URL", default_value = "redis://127.0.0.1:6379")]
     pub url: Vec<String>,
     /// Server password (overrides one in the URL; never printed).

@@ -532,6 +532,20 @@ async fn the_demo_on_zk_rejects_the_late_write() {
 }
 
 #[tokio::test]
+async fn the_demo_runs_on_etcd() {
+    let server = RedisServer::start().unwrap(); // only for the environment; the demo starts its own
+    let demo = fencelock(&server)
+        .args(["demo", "--backend", "etcd"])
+        .output();
+    let out = within(90, "demo on etcd", demo).await.unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("etcd://"), "{stdout}");
+    assert!(stdout.contains("violations: 0"), "{stdout}");
+    assert!(stdout.contains("stale writes rejected: 1"), "{stdout}");
+}
+
+#[tokio::test]
 async fn several_urls_mean_redlock() {
     let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
@@ -763,6 +777,77 @@ async fn run_status_and_unlock_take_zk_urls() {
         30,
         "unlock",
         cli(&["unlock", "zk-job", "--force", "--yes"]).output(),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    within(10, "the holder is told", guard.lost()).await;
+    let out = within(30, "the waiter runs", waiting.wait_with_output())
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+}
+
+/// The same commands on etcd: a program runs under an `etcd://` lock, `status` shows who
+/// holds it, its token and its waiters, and `unlock --force` hands it to the next waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_status_and_unlock_take_etcd_urls() {
+    let etcd = tokio::task::spawn_blocking(fencelock_testkit::EtcdServer::start)
+        .await
+        .unwrap()
+        .expect("start etcd");
+    let url = etcd.url();
+    let cli = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fencelock"));
+        c.env_remove("FENCELOCK_PASSWORD")
+            .env("FENCELOCK_URL", &url)
+            .args(args)
+            .kill_on_drop(true);
+        c
+    };
+    let mut run = cli(&[
+        "run",
+        "--key",
+        "etcd-job",
+        "--lease",
+        "5s",
+        "--shell",
+        "--",
+        "echo $FENCELOCK_TOKEN",
+    ]);
+    let out = within(30, "run", run.output()).await.unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert!(
+        text(&out).0.trim().parse::<u64>().is_ok_and(|t| t > 0),
+        "{:?}",
+        text(&out)
+    );
+    let holder = Client::connect(&url).await.unwrap();
+    let guard = holder.lock("etcd-job").acquire().await.unwrap();
+    let mut waiting = cli(&["run", "--key", "etcd-job", "--lease", "5s", "--", "true"]);
+    let waiting = waiting.spawn().unwrap();
+    let queued = async {
+        while holder.status("etcd-job").await.unwrap().waiters.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    within(30, "the waiter queues", queued).await;
+    let out = within(
+        30,
+        "status",
+        cli(&["status", "etcd-job", "--json"]).output(),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    let json: serde_json::Value = serde_json::from_str(&text(&out).0).unwrap();
+    assert_eq!(json["fencing_token"], guard.fencing_token(), "{json}");
+    assert_eq!(json["waiters"].as_array().map(Vec::len), Some(1), "{json}");
+    assert!(text(&out).0.contains(holder.id()), "{:?}", text(&out));
+    let out = within(
+        30,
+        "unlock",
+        cli(&["unlock", "etcd-job", "--force", "--yes"]).output(),
     )
     .await
     .unwrap();

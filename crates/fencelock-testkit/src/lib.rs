@@ -1,4 +1,5 @@
-//! Real servers for fencelock's tests, demo and benchmarks: Redis, ZooKeeper and PostgreSQL.
+//! Real servers for fencelock's tests, demo and benchmarks: Redis, ZooKeeper, etcd and
+//! PostgreSQL.
 //!
 //! [`RedisServer`] starts a `redis-server` process on a free loopback port (never 6379) in a
 //! temporary folder, and can pause (SIGSTOP/SIGCONT), kill and restart it on the same port. The
@@ -95,11 +96,39 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # etcd
+//!
+//! [`EtcdServer`] runs Debian's etcd (`apt-get install etcd-server`) as a one-member cluster
+//! on free loopback ports with its data in a temporary folder; it can pause, be killed and
+//! restart with its data. Members run with a 50 ms heartbeat and a 500 ms election timeout,
+//! so the smallest lease TTL etcd grants is 1 s. [`EtcdCluster`] starts three members and
+//! tells which one leads. [`EtcdctlLock`] holds a lock with `etcdctl lock NAME -- CMD`
+//! (`apt-get install etcd-client`), for the interop tests.
+//!
+//! ```no_run
+//! use fencelock_testkit::{EtcdCluster, EtcdServer, EtcdctlLock};
+//! use std::time::Duration;
+//!
+//! let server = EtcdServer::start()?;
+//! assert_eq!(server.url(), format!("etcd://127.0.0.1:{}", server.port()));
+//! let mut holder = EtcdctlLock::spawn(&server.endpoints(), "/fencelock/job", 5)?;
+//! let (key, revision) = holder.wait_held(Duration::from_secs(10))?;
+//! assert!(key.starts_with("/fencelock/job/") && revision > 0);
+//! holder.release()?;
+//!
+//! let mut cluster = EtcdCluster::start()?;
+//! let leader = cluster.leader().expect("a leader");
+//! cluster.member_mut(leader).kill();
+//! assert_ne!(cluster.wait_for_leader(Duration::from_secs(30))?, leader);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! The test kit's own blocking calls (starting a server, waiting for a Curator process) should
 //! not run on an async runtime thread that a ZooKeeper client's session needs: use
 //! `tokio::task::block_in_place` or `spawn_blocking`.
 
 mod curator;
+pub mod etcd;
 mod postgres;
 mod proxy;
 mod redis;
@@ -108,6 +137,7 @@ mod topology;
 pub mod zookeeper;
 
 pub use curator::{curator_bench, CuratorLock, CuratorLockBuilder};
+pub use etcd::{etcdctl, EtcdCluster, EtcdServer, EtcdctlLock};
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use redis::{Persistence, RedisServer, RedisServerBuilder};

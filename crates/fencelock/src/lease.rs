@@ -40,11 +40,12 @@ pub(crate) enum Lost {
     Renewal,
     /// An extension found the hold gone.
     Extension,
-    /// The session the hold lived in (ZooKeeper) expired or was closed.
-    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+    /// The session the hold lived in (ZooKeeper's session, etcd's lease) expired or was
+    /// closed or revoked.
+    #[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
     Session,
-    /// The hold's node was deleted by someone else (ZooKeeper: a forced unlock).
-    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+    /// The hold's node (key) was deleted by someone else (a forced unlock).
+    #[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
     Deleted,
 }
 
@@ -57,8 +58,10 @@ impl Lost {
             }
             Lost::Renewal => "a renewal found the lock deleted or held by another owner",
             Lost::Extension => "an extension found the lock deleted or held by another owner",
-            Lost::Session => "the ZooKeeper session expired or was closed",
-            Lost::Deleted => "the lock's node was deleted by another client (forced unlock)",
+            Lost::Session => {
+                "the client's session (ZooKeeper) or lease (etcd) expired, was closed or revoked"
+            }
+            Lost::Deleted => "the lock's node or key was deleted by another client (forced unlock)",
         }
     }
 

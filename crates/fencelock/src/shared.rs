@@ -10,6 +10,8 @@ use std::sync::{Arc, Weak};
 use tokio_util::sync::CancellationToken;
 
 use crate::abandoned::Abandoned;
+#[cfg(feature = "etcd")]
+use crate::backend::etcd::Etcd;
 use crate::backend::redis::RedisFamily;
 #[cfg(feature = "zookeeper")]
 use crate::backend::zookeeper::ZooKeeper;
@@ -102,25 +104,33 @@ impl Shared {
     }
 }
 
-/// Picks the lock service by the URL's scheme and connects it: `zk://` (one URL, the ensemble
-/// comma-separated in it) or the Redis family (one URL, or RedLock's odd number of them).
+/// Picks the lock service by the URL's scheme and connects it: `zk://` or `etcd://` (one
+/// URL, the servers comma-separated in it) or the Redis family (one URL, or RedLock's odd
+/// number of them).
 async fn connect_service(
     urls: &[&str],
     options: &ClientOptions,
     background: &Background,
 ) -> Result<(Service, Vec<String>)> {
-    if urls.iter().any(|u| u.starts_with("zk://")) {
+    for (scheme, service) in [("zk://", "ZooKeeper"), ("etcd://", "etcd")] {
+        if !urls.iter().any(|u| u.starts_with(scheme)) {
+            continue;
+        }
         let [url] = urls else {
             let list: Vec<String> = urls.iter().map(|u| crate::redact_url(u)).collect();
             return Err(InputError::InvalidUrl {
                 url: list.join(" "),
-                reason: "ZooKeeper takes one zk:// URL that lists the ensemble's servers, \
-                         comma-separated; several URLs (RedLock) are for Redis only"
-                    .into(),
+                reason: format!(
+                    "{service} takes one {scheme} URL that lists its servers, comma-separated; \
+                     several URLs (RedLock) are for Redis only"
+                ),
             }
             .into());
         };
-        return connect_zookeeper(url, options).await;
+        return match scheme {
+            "zk://" => connect_zookeeper(url, options).await,
+            _ => connect_etcd(url, options).await,
+        };
     }
     if urls.is_empty() || urls.len().is_multiple_of(2) {
         return Err(InputError::InvalidOption {
@@ -146,6 +156,21 @@ async fn connect_zookeeper(url: &str, _options: &ClientOptions) -> Result<(Servi
     Err(InputError::InvalidUrl {
         url: url.to_owned(),
         reason: "fencelock was built without its `zookeeper` feature".into(),
+    }
+    .into())
+}
+
+#[cfg(feature = "etcd")]
+async fn connect_etcd(url: &str, options: &ClientOptions) -> Result<(Service, Vec<String>)> {
+    let (etcd, warnings) = Box::pin(Etcd::connect(url, options)).await?;
+    Ok((Service::Etcd(etcd), warnings))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn connect_etcd(url: &str, _options: &ClientOptions) -> Result<(Service, Vec<String>)> {
+    Err(InputError::InvalidUrl {
+        url: crate::redact_url(url),
+        reason: "fencelock was built without its `etcd` feature".into(),
     }
     .into())
 }

@@ -1,5 +1,6 @@
 //! One conformance suite, run against every deployment: one Redis, Sentinel, Cluster, RedLock
-//! over three servers, ZooKeeper standalone and a ZooKeeper ensemble (issue 10, section 3).
+//! over three servers, ZooKeeper standalone and a ZooKeeper ensemble (issue 10, section 3),
+//! etcd with one member and with three (issue 11).
 //!
 //! The behaviours are written once, as async fns over a [`Deployment`]; what a deployment
 //! cannot offer it declares in its [`Caps`], and the suite checks the declaration: the call
@@ -7,8 +8,8 @@
 //! Each deployment is started once and runs every behaviour in turn, on fresh lock names
 //! (servers are slow to start on small machines: a 6-node cluster, three JVMs).
 //!
-//! Sentinel, Cluster and the ZooKeeper ensemble run in the nextest `topology` group (one at
-//! a time): `.config/nextest.toml`.
+//! Sentinel, Cluster, the ZooKeeper ensemble and the etcd cluster run in the nextest
+//! `topology` group (one at a time): `.config/nextest.toml`.
 
 mod common;
 
@@ -234,12 +235,98 @@ impl Deployment for Cluster {
     }
 }
 
+/// Another client's forced unlock deletes the holder's node or key (the services whose locks
+/// belong to a session: ZooKeeper, etcd).
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+async fn force_unlock(urls: Vec<String>, name: &str) {
+    let other = try_connect(&urls, ClientOptions::default())
+        .await
+        .expect("connect");
+    let removed = other.force_unlock(name).await.expect("force_unlock");
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    other.close().await.expect("close");
+}
+
+/// The servers of a session-based deployment (one server, or every member of an ensemble
+/// or cluster), as the suite drives them.
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+trait Members: Send + Sync {
+    fn url(&self) -> String;
+    fn pause(&self);
+    fn resume(&self);
+}
+
+/// A ZooKeeper or etcd deployment: its servers, what it offers, the URLs it refuses. A lock
+/// is lost by another client's forced unlock.
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+struct Sessioned<M: Members> {
+    members: M,
+    caps: Caps,
+    bad_urls: fn(&str) -> Vec<Vec<String>>,
+}
+
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+impl<M: Members> Deployment for Sessioned<M> {
+    fn urls(&self) -> Vec<String> {
+        vec![self.members.url()]
+    }
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+    fn bad_urls(&self) -> Vec<Vec<String>> {
+        (self.bad_urls)(&self.members.url())
+    }
+    fn pause(&self) {
+        self.members.pause();
+    }
+    fn resume(&self) {
+        self.members.resume();
+    }
+    fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(force_unlock(self.urls(), name))
+    }
+}
+
+/// Implements [`Members`] for a test-kit handle: one server, or a set of them.
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+macro_rules! members {
+    ($server:ty) => {
+        impl Members for $server {
+            fn url(&self) -> String {
+                <$server>::url(self)
+            }
+            fn pause(&self) {
+                <$server>::pause(self);
+            }
+            fn resume(&self) {
+                <$server>::resume(self);
+            }
+        }
+    };
+    ($set:ty, $server:ty) => {
+        impl Members for $set {
+            fn url(&self) -> String {
+                <$set>::url(self)
+            }
+            fn pause(&self) {
+                self.members().iter().for_each(<$server>::pause);
+            }
+            fn resume(&self) {
+                self.members().iter().for_each(<$server>::resume);
+            }
+        }
+    };
+}
+
 #[cfg(feature = "zookeeper")]
 mod zk {
     use super::*;
     use fencelock_testkit::{ZooKeeperEnsemble, ZooKeeperServer};
 
-    pub const ZOOKEEPER: Caps = Caps {
+    members!(ZooKeeperServer);
+    members!(ZooKeeperEnsemble, ZooKeeperServer);
+
+    const ZOOKEEPER: Caps = Caps {
         extend: false,
         fixed_lease: false,
         replica_acks: false,
@@ -261,76 +348,82 @@ mod zk {
         ]
     }
 
-    /// Another client's forced unlock deletes the holder's node.
-    async fn force_unlock(urls: Vec<String>, name: &str) {
-        let other = try_connect(&urls, ClientOptions::default())
-            .await
-            .expect("connect");
-        let removed = other.force_unlock(name).await.expect("force_unlock");
-        assert_eq!(removed.len(), 1, "{removed:?}");
-        other.close().await.expect("close");
-    }
-
-    pub struct Standalone(pub ZooKeeperServer);
-
-    impl Deployment for Standalone {
-        fn urls(&self) -> Vec<String> {
-            vec![self.0.url()]
-        }
-        fn caps(&self) -> Caps {
-            ZOOKEEPER
-        }
-        fn bad_urls(&self) -> Vec<Vec<String>> {
-            bad_urls(&self.0.url())
-        }
-        fn pause(&self) {
-            self.0.pause();
-        }
-        fn resume(&self) {
-            self.0.resume();
-        }
-        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
-            Box::pin(force_unlock(self.urls(), name))
-        }
-    }
-
-    pub struct Ensemble(pub ZooKeeperEnsemble);
-
-    impl Deployment for Ensemble {
-        fn urls(&self) -> Vec<String> {
-            vec![self.0.url()]
-        }
-        fn caps(&self) -> Caps {
-            ZOOKEEPER
-        }
-        fn bad_urls(&self) -> Vec<Vec<String>> {
-            bad_urls(&self.0.url())
-        }
-        fn pause(&self) {
-            self.0.members().iter().for_each(ZooKeeperServer::pause);
-        }
-        fn resume(&self) {
-            self.0.members().iter().for_each(ZooKeeperServer::resume);
-        }
-        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
-            Box::pin(force_unlock(self.urls(), name))
-        }
-    }
-
-    pub async fn standalone() -> Standalone {
-        let server = tokio::task::spawn_blocking(ZooKeeperServer::start)
+    pub async fn standalone() -> Sessioned<ZooKeeperServer> {
+        let members = tokio::task::spawn_blocking(ZooKeeperServer::start)
             .await
             .unwrap()
             .expect("start ZooKeeper");
-        Standalone(server)
+        Sessioned {
+            members,
+            caps: ZOOKEEPER,
+            bad_urls,
+        }
     }
 
-    pub async fn ensemble() -> Ensemble {
-        let ensemble = tokio::task::spawn_blocking(ZooKeeperEnsemble::start)
+    pub async fn ensemble() -> Sessioned<ZooKeeperEnsemble> {
+        let members = tokio::task::spawn_blocking(ZooKeeperEnsemble::start)
             .await
             .unwrap()
             .expect("start a ZooKeeper ensemble");
-        Ensemble(ensemble)
+        Sessioned {
+            members,
+            caps: ZOOKEEPER,
+            bad_urls,
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    use super::*;
+    use fencelock_testkit::{EtcdCluster, EtcdServer};
+
+    members!(EtcdServer);
+    members!(EtcdCluster, EtcdServer);
+
+    const ETCD: Caps = Caps {
+        extend: false,
+        fixed_lease: false,
+        replica_acks: false,
+        brace_names_refused: false,
+        slash_names_refused: true,
+        foreign_owner_reentry: false,
+        waiter_queue: true,
+        status_counts_holds: false,
+    };
+
+    fn bad_urls(url: &str) -> Vec<Vec<String>> {
+        vec![
+            vec!["etcd://127.0.0.1:notaport".into()],
+            vec![format!("{url}//x")],
+            vec![url.replacen("etcd://", "etcd://:secret@", 1)],
+            // One lease per client: several etcd:// URLs are an input error.
+            vec![url.to_string(), url.to_string()],
+        ]
+    }
+
+    pub async fn single() -> Sessioned<EtcdServer> {
+        let members = tokio::task::spawn_blocking(EtcdServer::start)
+            .await
+            .unwrap()
+            .expect("start etcd");
+        Sessioned {
+            members,
+            caps: ETCD,
+            bad_urls,
+        }
+    }
+
+    pub async fn cluster() -> Sessioned<EtcdCluster> {
+        let members = tokio::task::spawn_blocking(EtcdCluster::start)
+            .await
+            .unwrap()
+            .expect("start an etcd cluster");
+        Sessioned {
+            members,
+            caps: ETCD,
+            bad_urls,
+        }
     }
 }
 
@@ -881,4 +974,8 @@ conformance! {
     conformance_zookeeper_standalone => zk::standalone();
     #[cfg(feature = "zookeeper")]
     conformance_zookeeper_ensemble => zk::ensemble();
+    #[cfg(feature = "etcd")]
+    conformance_etcd_single => etcd::single();
+    #[cfg(feature = "etcd")]
+    conformance_etcd_cluster => etcd::cluster();
 }

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use clap::ValueEnum;
-use fencelock_testkit::{zookeeper, RedisServer, TestkitError, ZooKeeperServer};
+use fencelock_testkit::{zookeeper, EtcdServer, RedisServer, TestkitError, ZooKeeperServer};
 
 /// The service the demo's lock lives on (the record is on Redis with every backend).
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -19,6 +19,8 @@ pub enum Backend {
     Redis,
     /// A throwaway ZooKeeper server: the holder's session is its lease.
     Zookeeper,
+    /// A throwaway one-member etcd: the client's lease, kept alive, is its session.
+    Etcd,
 }
 
 impl Backend {
@@ -27,6 +29,7 @@ impl Backend {
         match self {
             Backend::Redis => redis(),
             Backend::Zookeeper => zookeeper(),
+            Backend::Etcd => etcd(),
         }
     }
 }
@@ -39,6 +42,9 @@ pub(super) enum Liveness {
     /// The holder's session: the server ends it when it has heard nothing from the holder for
     /// the session timeout, and deletes the holder's lock node with it.
     Session,
+    /// The client's lease, which it keeps alive: the server revokes it when no keep-alive came
+    /// for its TTL, and deletes the holder's lock key with it.
+    ClientLease,
 }
 
 /// A running lock service for the demo.
@@ -63,6 +69,7 @@ impl LockService {
         match self.liveness {
             Liveness::Lease => format!("a {secs} s lease"),
             Liveness::Session => format!("a {secs} s {} session", self.name),
+            Liveness::ClientLease => format!("a {secs} s {} lease", self.name),
         }
     }
 
@@ -73,6 +80,11 @@ impl LockService {
             Liveness::Session => format!(
                 "{} heard nothing from it for the session timeout, so it expired its session \
                  and deleted its lock node",
+                self.name
+            ),
+            Liveness::ClientLease => format!(
+                "no keep-alive reached {} for the lease's TTL, so it revoked the lease and \
+                 deleted its lock key",
                 self.name
             ),
         }
@@ -88,6 +100,11 @@ impl LockService {
                  the server last answered)",
                 self.name
             )),
+            Liveness::ClientLease => Some(format!(
+                "(on {}, a hold's deadline is its client's lease: the TTL after the last \
+                 keep-alive the server answered)",
+                self.name
+            )),
         }
     }
 
@@ -97,6 +114,10 @@ impl LockService {
             Liveness::Lease => "the lease expired".to_owned(),
             Liveness::Session => format!(
                 "its connection closed; {} expired its session after the session timeout",
+                self.name
+            ),
+            Liveness::ClientLease => format!(
+                "its keep-alives stopped; {} revoked its lease after the TTL",
                 self.name
             ),
         }
@@ -131,6 +152,21 @@ fn zookeeper() -> Result<LockService, TestkitError> {
         name: "ZooKeeper",
         liveness: Liveness::Session,
         short: Duration::from_millis(ZOOKEEPER_SESSION_MS),
+        _server: Box::new(server),
+    })
+}
+
+/// The lease TTL of the frozen and the killed holder on etcd: the test kit's members grant TTLs
+/// from 1 s; 2 s leaves a live holder room for its keep-alives on two busy cores.
+const ETCD_LEASE_MS: u64 = 2_000;
+
+fn etcd() -> Result<LockService, TestkitError> {
+    let server = EtcdServer::start()?;
+    Ok(LockService {
+        url: server.url(),
+        name: "etcd",
+        liveness: Liveness::ClientLease,
+        short: Duration::from_millis(ETCD_LEASE_MS),
         _server: Box::new(server),
     })
 }

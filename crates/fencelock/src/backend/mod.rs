@@ -20,7 +20,13 @@ use crate::name::LockKeys;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) mod holdings;
 pub(crate) mod redis;
+#[cfg(feature = "etcd")]
+pub(crate) mod session_holds;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
@@ -97,6 +103,9 @@ pub(crate) enum Service {
     /// ZooKeeper (feature `zookeeper`): Curator's lock layout, one session per client.
     #[cfg(feature = "zookeeper")]
     ZooKeeper(zookeeper::ZooKeeper),
+    /// etcd (feature `etcd`): the layout of etcd's `concurrency.Mutex`, one lease per client.
+    #[cfg(feature = "etcd")]
+    Etcd(etcd::Etcd),
 }
 
 impl Service {
@@ -106,6 +115,8 @@ impl Service {
             Service::Redis(r) => r.server(),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.server(),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => e.server(),
         }
     }
 
@@ -116,6 +127,8 @@ impl Service {
             Service::Redis(r) => r.check_name(name),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.check_name(name),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => e.check_name(name),
         }
     }
 
@@ -125,6 +138,8 @@ impl Service {
             Service::Redis(r) => r.check(options, lease),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.check(options, lease),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => e.check(options, lease),
         }
     }
 
@@ -144,6 +159,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.acquire(ctx, request, wait)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.acquire(ctx, request, wait)),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(e.acquire(ctx, request, wait)),
         }
     }
 
@@ -157,6 +174,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.release(ctx, hold)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.release(ctx, hold)),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(e.release(ctx, hold)),
         }
     }
 
@@ -166,6 +185,8 @@ impl Service {
             Service::Redis(r) => r.release_later(ctx, hold),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.release_later(ctx, hold),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => e.release_later(ctx, hold),
         }
     }
 
@@ -179,6 +200,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.release_owner(keys, owner)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.release_owner(keys, owner)),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(e.release_owner(keys, owner)),
         }
     }
 
@@ -192,6 +215,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.extend(hold, lease)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(std::future::ready(z.extend())),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(std::future::ready(e.extend())),
         }
     }
 
@@ -201,6 +226,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.renew(holds)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(std::future::ready(z.renew())),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(std::future::ready(e.renew())),
         }
     }
 
@@ -213,6 +240,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.status(keys)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.status(keys)),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(e.status(keys)),
         }
     }
 
@@ -225,6 +254,8 @@ impl Service {
             Service::Redis(r) => Box::pin(r.force_unlock(keys)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.force_unlock(keys)),
+            #[cfg(feature = "etcd")]
+            Service::Etcd(e) => Box::pin(e.force_unlock(keys)),
         }
     }
 }

@@ -6,7 +6,7 @@
 //!   the server was last heard from, probes, the lost-lock signal on expiry.
 //! - `recipe`: the nodes (protected creation by GUID, the queue order, waiting on the node
 //!   just before one's own, undo).
-//! - `holdings`: re-entry, counted in the client per (lock, owner).
+//! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with etcd).
 //!
 //! The fencing token is the lock node's creation zxid (`czxid`): ZooKeeper's transaction ids
 //! strictly increase across the ensemble's whole history, so a later holding has a larger
@@ -19,9 +19,9 @@ use tokio::time::Instant;
 
 use zookeeper_client as zk;
 
-use self::holdings::Holdings;
 use self::recipe::{Node, Place};
 use self::session::Session;
+use super::holdings::Holdings;
 use super::{Acquired, Ctx, Held, LockRequest, RawStatus, Released, Wait};
 use crate::background::Background;
 use crate::error::{Error, InputError};
@@ -30,7 +30,6 @@ use crate::name::LockKeys;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::Renewals;
 
-mod holdings;
 mod ops;
 mod recipe;
 mod session;

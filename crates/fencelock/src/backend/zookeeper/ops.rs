@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use zookeeper_client as zk;
 
-use super::holdings::Step;
 use super::{recipe, Inner, SERVICE};
+use crate::backend::holdings::Step;
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::status::Waiter;

@@ -1,13 +1,14 @@
-//! Re-entry, counted in the client: per (lock, owner), the node this session holds, its
-//! token, and one id per hold (each guard's), so that a stale guard never gives back a newer
-//! holding.
+//! Re-entry, counted in the client, for the services whose lock entry belongs to a session
+//! (ZooKeeper's node, etcd's key under the client's lease): per (lock, owner), the node or
+//! key this client holds (its path), its token, and one id per hold (each guard's), so that
+//! a stale guard never gives back a newer holding.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::lease::{LeaseState, Lost};
 
-/// One holding: a lock node of this session and the holds (guards) over it.
+/// One holding: a lock node (key) of this session and the holds (guards) over it.
 struct Holding {
     path: String,
     token: u64,
@@ -113,7 +114,8 @@ impl Holdings {
     }
 
     /// The node `path` is gone without our delete (a forced unlock): its holds are lost.
-    pub(crate) fn vanished(&self, name: &str, owner: &Arc<str>, path: &str) {
+    /// Returns whether a holding was removed.
+    pub(crate) fn vanished(&self, name: &str, owner: &Arc<str>, path: &str) -> bool {
         let key = (name.to_owned(), owner.clone());
         let holding = {
             let mut map = self.map();
@@ -122,11 +124,31 @@ impl Holdings {
                 _ => None,
             }
         };
+        let removed = holding.is_some();
         for (_, lease) in holding.into_iter().flat_map(|h| h.holds) {
             if let Some(lease) = lease.upgrade() {
                 lease.fire_lost(Lost::Deleted);
             }
         }
+        removed
+    }
+
+    /// Every holding that is not being deleted: (lock, owner, path, token).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn all(&self) -> Vec<(String, Arc<str>, String, u64)> {
+        let map = self.map();
+        map.iter()
+            .filter(|(_, h)| !h.closing)
+            .map(|((n, o), h)| (n.clone(), o.clone(), h.path.clone(), h.token))
+            .collect()
+    }
+
+    /// The token of the owner's holding, if this client holds the lock as `owner`.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn token(&self, name: &str, owner: &Arc<str>) -> Option<u64> {
+        self.map()
+            .get(&(name.to_owned(), owner.clone()))
+            .map(|h| h.token)
     }
 
     /// Whether the owner holds the node `path` and is not deleting it.

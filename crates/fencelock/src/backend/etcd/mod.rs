@@ -1,0 +1,490 @@
+//! etcd as a lock service (`etcd://host:port[,host:port...][/prefix]`), with the layout of
+//! etcd's `concurrency.Mutex`, so that fencelock and `etcdctl lock` exclude each other.
+//!
+//! - `url`: the URL and the lock-name rules (a name is one key segment below the prefix).
+//! - `session`: the client's one lease, which is the lease of every lock it holds: kept
+//!   alive in the background, when it was last renewed, the lost-lock signal when it ends.
+//! - `slots`: one attempt or holding per lock per client (the key is named by the lease).
+//! - `recipe`: the keys (create if absent, the queue order, waiting on the key just before
+//!   one's own from the current revision, undo).
+//! - `ops`: releases, status, forced unlocks.
+//! - `audit`: holdings whose key was deleted behind the client's back (a forced unlock).
+//! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with
+//!   ZooKeeper).
+//!
+//! The fencing token is the lock key's create revision: etcd's revision strictly increases
+//! across the cluster's whole history, so a later holding has a larger token, whoever holds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use self::recipe::{Entry, Place, Wake};
+use self::session::{Fault, Session};
+use self::slots::{Slot, Slots};
+use super::holdings::Holdings;
+use super::{Acquired, Ctx, Held, LockRequest, RawStatus, Released, Wait};
+use crate::background::Background;
+use crate::error::{Error, InputError};
+use crate::lease::{Hold, LeaseState, Renewal};
+use crate::name::LockKeys;
+use crate::options::{ClientOptions, LockOptions};
+use crate::watchdog::Renewals;
+
+mod audit;
+mod ops;
+mod recipe;
+mod session;
+mod slots;
+mod url;
+
+/// How long a waiter pauses before asking again after a failed request.
+const RETRY: Duration = Duration::from_millis(50);
+
+/// The service's name in errors.
+const SERVICE: &str = "etcd";
+
+/// The etcd lock service of one client.
+pub(crate) struct Etcd {
+    inner: Arc<Inner>,
+}
+
+/// What background work needs of the service.
+struct Inner {
+    session: Arc<Session>,
+    holdings: Holdings,
+    slots: Slots,
+    prefix: String,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.inner.session.stop();
+    }
+}
+
+impl Etcd {
+    /// Connects and grants the client's lease. Checks the URL (and that a password has a
+    /// user to go with) before any I/O.
+    pub(crate) async fn connect(
+        url: &str,
+        options: &ClientOptions,
+    ) -> Result<(Self, Vec<String>), Error> {
+        let target = url::parse_target(url)?;
+        if options.password.is_some() && target.user.is_none() {
+            return Err(InputError::InvalidUrl {
+                url: crate::redact_url(url),
+                reason: "a password (ClientOptions::password, FENCELOCK_PASSWORD) needs the etcd \
+                         user in the URL: etcd://user@host:port"
+                    .into(),
+            }
+            .into());
+        }
+        let (session, warnings) = Session::connect(&target, options).await?;
+        let inner = Arc::new(Inner {
+            session,
+            holdings: Holdings::default(),
+            slots: Slots::default(),
+            prefix: target.prefix,
+        });
+        tokio::spawn(audit::audit(Arc::downgrade(&inner)));
+        Ok((Self { inner }, warnings))
+    }
+
+    pub(crate) fn server(&self) -> String {
+        self.inner.session.server.clone()
+    }
+
+    /// Options that mean nothing here are refused: the client's lease is the lock's.
+    /// A lock name must be one key segment below the prefix.
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), InputError> {
+        url::check_name(name)
+    }
+
+    pub(crate) fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
+        if options.replica_acks.is_some() {
+            return Err(InputError::InvalidOption {
+                option: "min_replica_acks",
+                reason: "a Redis option; etcd answers a write only after a quorum of the \
+                         cluster logged it",
+            });
+        }
+        if options.lease.is_some() {
+            return Err(InputError::InvalidOption {
+                option: "lease",
+                reason: "etcd locks last as long as the client's lease; set its TTL with \
+                         ClientOptions::default_lease instead",
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        ctx: &Ctx,
+        request: &LockRequest<'_>,
+        wait: Wait,
+    ) -> Result<Acquired, Error> {
+        self.inner.acquire(ctx, request, wait).await
+    }
+
+    pub(crate) async fn release(
+        &self,
+        _ctx: &Ctx,
+        lease: &Arc<LeaseState>,
+    ) -> Result<Released, Error> {
+        let hold = &lease.hold;
+        self.inner
+            .give_back(&hold.keys.name, &hold.owner, Some(hold.id))
+            .await
+    }
+
+    /// [`Etcd::release`] in the background (a guard dropped without `release`).
+    pub(crate) fn release_later(&self, ctx: &Ctx, lease: &Arc<LeaseState>) {
+        let (inner, lease, background) =
+            (self.inner.clone(), lease.clone(), ctx.background.clone());
+        ctx.background.finish(async move {
+            let hold = &lease.hold;
+            let given = inner.give_back(&hold.keys.name, &hold.owner, Some(hold.id)).await;
+            if let Err(e) = given {
+                background.failed();
+                tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the key goes with the lease");
+            }
+        });
+    }
+
+    pub(crate) async fn release_owner(
+        &self,
+        keys: &Arc<LockKeys>,
+        owner: &Arc<str>,
+    ) -> Result<Released, Error> {
+        self.inner.release_owner(&keys.name, owner).await
+    }
+
+    pub(crate) fn extend(&self) -> Result<Renewal, Error> {
+        Err(Error::Unsupported {
+            service: SERVICE,
+            what: "Guard::extend",
+            why: "an etcd lock lasts as long as the client's lease, which the client keeps \
+                  alive by itself; there is no lease per lock to extend",
+        })
+    }
+
+    pub(crate) fn renew(&self) -> Renewals {
+        Err(Error::Unsupported {
+            service: SERVICE,
+            what: "renewing a lease",
+            why: "etcd locks are kept alive by the client's lease",
+        })
+    }
+
+    pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
+        self.inner.status(&keys.name).await
+    }
+
+    pub(crate) async fn force_unlock(
+        &self,
+        keys: &Arc<LockKeys>,
+    ) -> Result<Vec<(String, u64)>, Error> {
+        self.inner.force_unlock(&keys.name).await
+    }
+}
+
+/// An attempt's key until it holds the lock or is removed: dropped while armed (a cancelled
+/// acquire), it is removed in the background. It keeps the client's slot for the lock until
+/// then, so that no other attempt of this client puts the same key meanwhile.
+struct Attempt {
+    inner: Arc<Inner>,
+    background: Background,
+    key: String,
+    /// The key's create revision, once the put was answered.
+    revision: Option<i64>,
+    slot: Option<Slot>,
+    armed: bool,
+}
+
+impl Attempt {
+    /// Removes the attempt's key now; if that fails, it stays armed for the background.
+    async fn undo(&mut self) {
+        let undone = recipe::delete(&self.inner.session, &self.key, self.revision).await;
+        self.armed = undone.is_err();
+        if !self.armed {
+            self.inner.slots.put_back(self.slot.take());
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        let slot = self.slot.take();
+        if !self.armed {
+            self.inner.slots.put_back(slot);
+            return;
+        }
+        let (inner, background) = (self.inner.clone(), self.background.clone());
+        let (key, revision) = (self.key.clone(), self.revision);
+        self.background.finish(async move {
+            if let Err(e) = recipe::delete(&inner.session, &key, revision).await {
+                background.failed();
+                tracing::warn!(key, error = %e, "undo of a given-up attempt failed; the key goes with the lease");
+            }
+            inner.slots.put_back(slot);
+        });
+    }
+}
+
+impl Inner {
+    /// An etcd failure as fencelock's error.
+    fn fail(&self, lock: Option<&str>, fault: Fault) -> Error {
+        let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());
+        match fault {
+            Fault::Malformed(_) => Error::Protocol {
+                lock,
+                server,
+                detail: format!("etcd: {fault}"),
+            },
+            Fault::Etcd(etcd_client::Error::GRpcStatus(ref s)) if !fault.transient() => {
+                Error::Protocol {
+                    lock,
+                    server,
+                    detail: format!("etcd answered: {}", s.message()),
+                }
+            }
+            fault => Error::Unavailable {
+                lock,
+                server,
+                detail: format!("etcd: {fault}"),
+            },
+        }
+    }
+
+    /// Before a new attempt: the lease must still be usable.
+    fn alive(&self, lock: &str) -> Result<(), Error> {
+        if self.session.ended.is_cancelled() {
+            return Err(self.fail(Some(lock), Fault::Ended));
+        }
+        Ok(())
+    }
+
+    async fn acquire(
+        self: &Arc<Self>,
+        ctx: &Ctx,
+        request: &LockRequest<'_>,
+        wait: Wait,
+    ) -> Result<Acquired, Error> {
+        let name = &request.keys.name;
+        if self.session.is_live() {
+            let made = |token| {
+                let lease = self.lease(ctx, request, token);
+                (lease.hold.id, lease)
+            };
+            if let Some((lease, count)) = self.holdings.reenter(name, request.owner, made) {
+                return Ok(Acquired::Held(Held { lease, count }));
+            }
+        }
+        self.alive(name)?;
+        if self.holdings.holds(name, request.owner) {
+            // Held, but no keep-alive was answered within the TTL: the lease, and this
+            // owner's holding, may be gone.
+            return Err(Error::Unavailable {
+                lock: Some(name.clone()),
+                server: self.session.server.clone(),
+                detail: "no etcd keep-alive answered within the lease TTL; the lease (and this \
+                         owner's holding) may have expired"
+                    .into(),
+            });
+        }
+        let Some(slot) = self.slots.take(name, wait).await else {
+            return match wait {
+                Wait::Until(Some((_, waited))) => Err(Error::Timeout {
+                    lock: name.clone(),
+                    waited,
+                }),
+                _ => Ok(Acquired::Busy { remaining: None }),
+            };
+        };
+        let mut attempt = Attempt {
+            inner: self.clone(),
+            background: ctx.background.clone(),
+            key: recipe::key(&self.prefix, name, self.session.lease),
+            revision: None,
+            slot: Some(slot),
+            armed: true,
+        };
+        let outcome = self.contend(&mut attempt, request, wait).await;
+        self.settle(ctx, request, wait, attempt, outcome).await
+    }
+
+    /// What an attempt's contention came to: a holding, or its key removed and busy, a
+    /// timeout or the error.
+    async fn settle(
+        self: &Arc<Self>,
+        ctx: &Ctx,
+        request: &LockRequest<'_>,
+        wait: Wait,
+        mut attempt: Attempt,
+        outcome: Result<Option<i64>, Error>,
+    ) -> Result<Acquired, Error> {
+        let name = &request.keys.name;
+        match outcome {
+            Ok(Some(revision)) => {
+                attempt.armed = false;
+                let slot = attempt.slot.take();
+                let held = self.held(ctx, request, attempt.key.clone(), revision, slot);
+                Ok(Acquired::Held(held?))
+            }
+            Ok(None) => {
+                attempt.undo().await;
+                match wait {
+                    Wait::Until(Some((_, waited))) => Err(Error::Timeout {
+                        lock: name.clone(),
+                        waited,
+                    }),
+                    _ => Ok(Acquired::Busy { remaining: None }),
+                }
+            }
+            Err(e) => {
+                attempt.undo().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Puts the attempt's key and waits for its turn: the key's create revision once it is
+    /// the lowest, or `None` when busy (no waiting) or past the deadline.
+    async fn contend(
+        &self,
+        attempt: &mut Attempt,
+        request: &LockRequest<'_>,
+        wait: Wait,
+    ) -> Result<Option<i64>, Error> {
+        let (name, owner) = (&request.keys.name, request.owner);
+        let session = &self.session;
+        let deadline = match wait {
+            Wait::Until(Some((at, _))) => Some(at),
+            _ => None,
+        };
+        // A waiter outlives a failed request (a leader election, a paused member): its key
+        // stays while the lease does.
+        let transient = |f: &Fault| {
+            matches!(wait, Wait::Until(_))
+                && f.transient()
+                && !session.ended.is_cancelled()
+                && deadline.is_none_or(|at| tokio::time::Instant::now() < at)
+        };
+        let fail = |f| self.fail(Some(name), f);
+        let dir = recipe::dir(&self.prefix, name);
+        let created = loop {
+            match recipe::create(session, &dir, &attempt.key, owner).await {
+                Ok(created) => break created,
+                Err(f) if transient(&f) => tokio::time::sleep(RETRY).await,
+                Err(f) => return Err(fail(f)),
+            }
+        };
+        let mine = created.revision;
+        attempt.revision = Some(mine);
+        if created.holder.revision == mine {
+            return Ok(Some(mine));
+        }
+        self.foreign(owner, &created.holder)?;
+        let mut before = match (wait, created.before) {
+            (Wait::No, _) => return Ok(None),
+            (_, Some(before)) => before,
+            (_, None) => return Err(fail(Fault::Malformed("a holder but no key before ours"))),
+        };
+        loop {
+            // Even when the key before ours was the holder (the only key below ours), ours is
+            // read again before it counts as the holder: the lease may have been revoked
+            // meanwhile, which no deadline of ours bounds (etcd-io/etcd#11456; tested by
+            // `a_waiter_whose_lease_ends_does_not_acquire`).
+            match recipe::wait_for(session, &before, deadline).await {
+                Ok(Wake::Gone | Wake::Again) => {}
+                Ok(Wake::Deadline) => return Ok(None),
+                Err(f) if transient(&f) => tokio::time::sleep(RETRY).await,
+                Err(f) => return Err(fail(f)),
+            }
+            match recipe::place(session, &dir, &attempt.key, mine).await {
+                Ok(Some(Place::Holder)) => return Ok(Some(mine)),
+                Ok(Some(Place::Behind {
+                    holder,
+                    before: next,
+                })) => {
+                    // The holder changed: the new one may be this owner in another client.
+                    self.foreign(owner, &holder)?;
+                    before = next;
+                }
+                Ok(None) => return Err(self.vanished(name)),
+                Err(f) if transient(&f) => tokio::time::sleep(RETRY).await,
+                Err(f) => return Err(fail(f)),
+            }
+        }
+    }
+
+    /// The attempt's key is gone while it waited: the lease ended, or it was deleted.
+    fn vanished(&self, name: &str) -> Error {
+        Error::Unavailable {
+            lock: Some(name.to_owned()),
+            server: self.session.server.clone(),
+            detail: "the attempt's key vanished while it waited (lease expired or revoked, or \
+                     the key was deleted)"
+                .into(),
+        }
+    }
+
+    /// Refuses to queue behind a holding of the same owner id under another lease: a second
+    /// process cannot re-enter (own) another client's key.
+    fn foreign(&self, owner: &str, holder: &Entry) -> Result<(), Error> {
+        if holder.owner == owner && holder.lease != self.session.lease {
+            return Err(Error::Unsupported {
+                service: SERVICE,
+                what: "re-entry by an owner id that another etcd client holds",
+                why: "an etcd lock is a key under one client's lease; re-entry is counted in \
+                      the client that holds it (Lock::with_owner works across processes on \
+                      Redis only)",
+            });
+        }
+        Ok(())
+    }
+
+    /// A hold's lease: the client lease's TTL and deadline, never renewed by the watchdog.
+    fn lease(&self, ctx: &Ctx, request: &LockRequest<'_>, token: u64) -> Arc<LeaseState> {
+        let hold = Hold {
+            keys: request.keys.clone(),
+            owner: request.owner.clone(),
+            lease: self.session.ttl,
+            renew: false,
+            id: rand::random(),
+            token,
+        };
+        let deadline = self.session.deadline();
+        let lease = Arc::new(LeaseState::new(hold, deadline, deadline));
+        ctx.watchdog.track(&lease);
+        self.session.register(&lease);
+        lease
+    }
+
+    /// The attempt's key is the lowest: a new holding, which keeps the client's slot for the
+    /// lock (`audit` finds it if its key is deleted behind the client's back).
+    fn held(
+        self: &Arc<Self>,
+        ctx: &Ctx,
+        request: &LockRequest<'_>,
+        key: String,
+        revision: i64,
+        slot: Option<Slot>,
+    ) -> Result<Held, Error> {
+        let name = &request.keys.name;
+        let token = u64::try_from(revision)
+            .ok()
+            .filter(|t| *t > 0)
+            .ok_or_else(|| Error::Protocol {
+                lock: Some(name.clone()),
+                server: self.session.server.clone(),
+                detail: format!("the lock key's create revision {revision} is not a revision"),
+            })?;
+        let lease = self.lease(ctx, request, token);
+        self.holdings
+            .insert(name, request.owner, key.clone(), &lease);
+        self.slots.keep(name, slot);
+        Ok(Held { lease, count: 1 })
+    }
+}

@@ -1,0 +1,139 @@
+//! Releases, status and forced unlocks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::recipe::{self, Entry};
+use super::session::Fault;
+use super::{Inner, SERVICE};
+use crate::backend::holdings::Step;
+use crate::backend::{RawStatus, Released};
+use crate::error::Error;
+use crate::status::Waiter;
+
+impl Inner {
+    /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the key (only
+    /// the revision this holding put). A delete that fails keeps the hold, so that a later
+    /// give-back tries again.
+    pub(super) async fn give_back(
+        &self,
+        name: &str,
+        owner: &Arc<str>,
+        id: Option<u64>,
+    ) -> Result<Released, Error> {
+        let token = self.holdings.token(name, owner);
+        let key = match self.holdings.give_back(name, owner, id) {
+            Step::NotHeld => return Ok(Released::NotHeld),
+            Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
+            Step::Last(key) => key,
+        };
+        let revision = token.and_then(|t| i64::try_from(t).ok());
+        match recipe::delete(&self.session, &key, revision).await {
+            Ok(deleted) => {
+                self.holdings.deleted(name, owner, &key, true);
+                self.slots.free(name);
+                Ok(match deleted {
+                    true => Released::Released,
+                    // Gone already: force-unlocked, or with the lease that ended.
+                    false => Released::NotHeld,
+                })
+            }
+            Err(e) => {
+                self.holdings.deleted(name, owner, &key, false);
+                Err(self.fail(Some(name), e))
+            }
+        }
+    }
+
+    /// `Lock::release`: the owner's newest hold in this client. A holding of this owner id
+    /// under another client's lease cannot be released from here (typed error); none is
+    /// `NotHeld`.
+    pub(super) async fn release_owner(
+        &self,
+        name: &str,
+        owner: &Arc<str>,
+    ) -> Result<Released, Error> {
+        if self.holdings.holds(name, owner) {
+            return self.give_back(name, owner, None).await;
+        }
+        match self.entries(name).await?.first() {
+            Some(holder) if *holder.owner == **owner && holder.lease != self.session.lease => {
+                Err(Error::Unsupported {
+                    service: SERVICE,
+                    what: "releasing a lock that another etcd client holds",
+                    why: "the lock is a key under the holder's lease; only that client \
+                          releases it (or Client::force_unlock deletes it)",
+                })
+            }
+            _ => Ok(Released::NotHeld),
+        }
+    }
+
+    /// The lock's keys in queue order.
+    async fn entries(&self, name: &str) -> Result<Vec<Entry>, Error> {
+        let dir = recipe::dir(&self.prefix, name);
+        let entries = recipe::entries(&self.session, &dir).await;
+        entries.map_err(|e| self.fail(Some(name), e))
+    }
+
+    /// The holder's remaining lease TTL as the server counts it, if it has one.
+    async fn remaining(&self, lease: i64) -> Option<Duration> {
+        let asked = self
+            .session
+            .call(|c| async move { c.lease_client().time_to_live(lease, None).await })
+            .await;
+        match asked {
+            Ok(reply) if reply.ttl() > 0 => Some(Duration::from_secs(reply.ttl() as u64)),
+            _ => None,
+        }
+    }
+
+    /// The holder (owner id, hold count if this client holds it, token, remaining TTL) and
+    /// the waiters.
+    pub(super) async fn status(&self, name: &str) -> Result<RawStatus, Error> {
+        let mut entries = self.entries(name).await?.into_iter();
+        let Some(holder) = entries.next() else {
+            return Ok(RawStatus {
+                remaining: None,
+                held: false,
+                last_token: None,
+                current_token: None,
+                owners: Vec::new(),
+                waiters: Vec::new(),
+            });
+        };
+        let count = self.holdings.count(name, &holder.key).unwrap_or(1);
+        let token = u64::try_from(holder.revision).ok();
+        let waiters = entries
+            .map(|w| Waiter {
+                owner: w.owner_or_lease(),
+                age: Duration::ZERO,
+                window: Duration::ZERO,
+                remaining: Duration::ZERO,
+                expired: false,
+                unreadable: None,
+            })
+            .collect();
+        Ok(RawStatus {
+            remaining: self.remaining(holder.lease).await,
+            held: true,
+            last_token: token,
+            current_token: token,
+            owners: vec![(holder.owner_or_lease(), count)],
+            waiters,
+        })
+    }
+
+    /// Deletes the holder's key (that revision only); the next waiter's watch fires and it
+    /// takes the lock.
+    pub(super) async fn force_unlock(&self, name: &str) -> Result<Vec<(String, u64)>, Error> {
+        let Some(holder) = self.entries(name).await?.into_iter().next() else {
+            return Ok(Vec::new());
+        };
+        let deleted = recipe::delete(&self.session, &holder.key, Some(holder.revision)).await;
+        match deleted.map_err(|e: Fault| self.fail(Some(name), e))? {
+            true => Ok(vec![(holder.owner_or_lease(), 1)]),
+            false => Ok(Vec::new()),
+        }
+    }
+}

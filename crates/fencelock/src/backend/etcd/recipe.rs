@@ -1,0 +1,353 @@
+//! etcd's `concurrency.Mutex` layout, written for fencelock, without its slow path.
+//!
+//! A lock named N is the key range `<prefix>/N/`; an attempt puts the key
+//! `<prefix>/N/<lease id in hex>` under the client's lease, only if it is absent (one
+//! transaction), with the owner id as its value (`etcdctl lock` leaves it empty). The key
+//! with the lowest create revision holds the lock. A waiter watches the deletion of the key
+//! with the greatest create revision below its own, so that a release wakes one waiter, in
+//! arrival order.
+//!
+//! etcd's own recipe watches that key *from a past revision*, which the server serves from
+//! a catch-up loop that runs every 100 ms: each handoff waits up to 100 ms. Here the watch
+//! starts at the current revision, and the predecessor is read again once the server has
+//! confirmed the watch: a deletion before that read is seen by the read, one after it by the
+//! watch. Every read that places an attempt also checks, in the same transaction, that the
+//! attempt's own key is still there with its create revision (etcd-io/etcd#11456: a waiter
+//! whose lease ended must not take its predecessors' deletion for the lock).
+
+use std::sync::Arc;
+
+use etcd_client as etcd;
+use etcd_client::proto::{PbKeyValue, PbTxnOpResponse};
+use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use tokio::time::Instant;
+
+use super::session::{Fault, Session};
+
+/// The key range of lock `name`: `<prefix>/<name>/`.
+pub(crate) fn dir(prefix: &str, name: &str) -> String {
+    format!("{prefix}/{name}/")
+}
+
+/// The key of this client's attempts on lock `name`.
+pub(crate) fn key(prefix: &str, name: &str, lease: i64) -> String {
+    format!("{}{lease:x}", dir(prefix, name))
+}
+
+/// One key of a lock's range, as fencelock uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) key: String,
+    /// The owner id (empty for `etcdctl lock`).
+    pub(crate) owner: String,
+    pub(crate) revision: i64,
+    pub(crate) lease: i64,
+}
+
+impl Entry {
+    fn from(kv: &PbKeyValue) -> Self {
+        Self {
+            key: String::from_utf8_lossy(&kv.key).into_owned(),
+            owner: String::from_utf8_lossy(&kv.value).into_owned(),
+            revision: kv.create_revision,
+            lease: kv.lease,
+        }
+    }
+
+    /// The owner as status shows it: the owner id, or the lease for keys of other clients
+    /// (`etcdctl lock`) that store none.
+    pub(crate) fn owner_or_lease(&self) -> String {
+        match self.owner.is_empty() {
+            true => format!("etcd lease {:x}", self.lease),
+            false => self.owner.clone(),
+        }
+    }
+}
+
+/// The key-values of each range answer of a transaction, in order; other answers are
+/// empty. A reply without its answer is malformed (never a panic).
+fn ranges(reply: &etcd::TxnResponse) -> Result<Vec<Vec<Entry>>, Fault> {
+    reply
+        .0
+        .responses
+        .iter()
+        .map(|op| match &op.response {
+            Some(PbTxnOpResponse::ResponseRange(r)) => Ok(r.kvs.iter().map(Entry::from).collect()),
+            Some(_) => Ok(Vec::new()),
+            None => Err(Fault::Malformed("a transaction answer without its result")),
+        })
+        .collect()
+}
+
+/// The revision a reply was read at.
+fn revision(reply: &etcd::TxnResponse) -> Result<i64, Fault> {
+    let header = reply
+        .header()
+        .ok_or(Fault::Malformed("a reply without a header"))?;
+    Ok(header.revision())
+}
+
+/// The attempt's key as put, and the queue around it as the same transaction read it.
+pub(crate) struct Created {
+    /// The key's create revision.
+    pub(crate) revision: i64,
+    /// The key with the lowest create revision once the key was put (the attempt's own when
+    /// the lock was free).
+    pub(crate) holder: Entry,
+    /// The key just before the attempt's own (the newest before the put), if any.
+    pub(crate) before: Option<Entry>,
+}
+
+/// The query for the key of the lock's range with the lowest (`Ascend`) or the highest
+/// (`Descend`) create revision.
+fn end_of_queue(order: SortOrder) -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, order)
+        .with_limit(1)
+}
+
+/// Puts the attempt's key if it is absent, and reads in the same transaction the key just
+/// before it (the newest before the put) and the holder after it: on a free lock the attempt
+/// holds it after one round trip, and a waiter knows what to watch. A key already there is
+/// this client's (the lease is in its name): left by a give-back that failed, or made by a
+/// try whose reply was lost. It is deleted (only that revision of it) and the put tried
+/// again, so that every holding gets a fresh token and a place at the end of the queue.
+pub(crate) async fn create(
+    session: &Session,
+    dir: &str,
+    key: &str,
+    owner: &str,
+) -> Result<Created, Fault> {
+    for _ in 0..4 {
+        let put = TxnOp::put(
+            key,
+            owner,
+            Some(etcd::PutOptions::new().with_lease(session.lease)),
+        );
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::get(dir, Some(end_of_queue(SortOrder::Descend))),
+                put,
+                TxnOp::get(dir, Some(end_of_queue(SortOrder::Ascend))),
+            ])
+            .or_else([TxnOp::get(key, None)]);
+        let reply = session.txn(txn).await?;
+        let mut found = ranges(&reply)?.into_iter().map(|r| r.into_iter().next());
+        if reply.succeeded() {
+            let before = found.next().flatten();
+            let holder = found.nth(1).flatten();
+            let holder = holder.ok_or(Fault::Malformed("the lock's range is empty after a put"))?;
+            return Ok(Created {
+                revision: revision(&reply)?,
+                holder,
+                before,
+            });
+        }
+        if let Some(old) = found.next().flatten() {
+            delete(session, key, Some(old.revision)).await?;
+        }
+    }
+    Err(Fault::Malformed(
+        "the attempt's key stayed in place after four deletes",
+    ))
+}
+
+/// Deletes `key` if it still has create revision `revision` (any key without one): `true`
+/// if it was deleted.
+pub(crate) async fn delete(
+    session: &Session,
+    key: &str,
+    revision: Option<i64>,
+) -> Result<bool, Fault> {
+    let compare = match revision {
+        Some(rev) => Compare::create_revision(key, CompareOp::Equal, rev),
+        None => Compare::create_revision(key, CompareOp::Greater, 0),
+    };
+    let txn = Txn::new()
+        .when([compare])
+        .and_then([TxnOp::delete(key, None)]);
+    let reply = session.txn(txn).await?;
+    Ok(reply.succeeded())
+}
+
+/// Where an attempt stands in the lock's queue.
+#[derive(Debug)]
+pub(crate) enum Place {
+    /// Its key has the lowest create revision: it holds the lock.
+    Holder,
+    /// It waits: the holder's key and the key just before its own.
+    Behind { holder: Entry, before: Entry },
+}
+
+/// Reads, in one transaction, the holder and the key just before the attempt's own, if the
+/// attempt's key still has create revision `mine`; `None` if it is gone.
+pub(crate) async fn place(
+    session: &Session,
+    dir: &str,
+    key: &str,
+    mine: i64,
+) -> Result<Option<Place>, Fault> {
+    let before = GetOptions::new()
+        .with_prefix()
+        .with_max_create_revision(mine - 1)
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(1);
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, mine)])
+        .and_then([
+            TxnOp::get(dir, Some(end_of_queue(SortOrder::Ascend))),
+            TxnOp::get(dir, Some(before)),
+        ]);
+    let reply = session.txn(txn).await?;
+    if !reply.succeeded() {
+        return Ok(None);
+    }
+    let mut found = ranges(&reply)?.into_iter().map(|r| r.into_iter().next());
+    let (holder, before) = (found.next().flatten(), found.next().flatten());
+    Ok(Some(match (holder, before) {
+        (Some(holder), Some(before)) if holder.revision < mine => Place::Behind { holder, before },
+        (Some(holder), _) if holder.revision == mine => Place::Holder,
+        _ => {
+            return Err(Fault::Malformed(
+                "the lock's keys do not include the attempt's own",
+            ))
+        }
+    }))
+}
+
+/// A watch of one key's deletion, in place on the server.
+pub(crate) struct Deletion {
+    stream: etcd::WatchStream,
+}
+
+impl Deletion {
+    /// Watches `key` for deletion from the current revision, and waits until the server has
+    /// confirmed the watch; then reads the key: `None` when it no longer has create revision
+    /// `revision` (already deleted: nothing to wait for).
+    pub(crate) async fn watch(
+        session: &Session,
+        key: &str,
+        revision: i64,
+    ) -> Result<Option<Self>, Fault> {
+        let options = etcd::WatchOptions::new().with_filters([etcd::WatchFilterType::NoPut]);
+        let mut stream = session
+            .call(|mut c| {
+                let (key, options) = (key.to_owned(), options.clone());
+                async move { c.watch(key, Some(options)).await }
+            })
+            .await?;
+        let confirmed = tokio::time::timeout(session.response_timeout, stream.message()).await;
+        match confirmed {
+            Ok(Ok(Some(reply))) if reply.created() && !reply.canceled() => {}
+            Ok(Err(e)) => return Err(Fault::Etcd(e)),
+            Err(_) => return Err(Fault::Timeout),
+            Ok(_) => return Err(Fault::Malformed("the watch was not created")),
+        }
+        let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]);
+        let reply = session.txn(txn).await?;
+        Ok(reply.succeeded().then_some(Self { stream }))
+    }
+
+    /// Waits for the deletion (`true`), or for the watch to end (`false`: the caller reads
+    /// again).
+    pub(crate) async fn gone(mut self) -> bool {
+        loop {
+            match self.stream.message().await {
+                Ok(Some(reply)) if !reply.canceled() => {
+                    let deleted = reply
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == etcd::EventType::Delete);
+                    if deleted {
+                        return true;
+                    }
+                }
+                _ => return false,
+            }
+        }
+    }
+}
+
+/// How a wait for the key before one's own ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// That key (that create revision) is gone.
+    Gone,
+    /// The watch ended without telling: read again.
+    Again,
+    /// The deadline passed.
+    Deadline,
+}
+
+/// Waits until the key `before` (create revision `revision`) is deleted, the session ends
+/// (an error), or `deadline` passes. A key already gone returns at once.
+pub(crate) async fn wait_for(
+    session: &Arc<Session>,
+    before: &Entry,
+    deadline: Option<Instant>,
+) -> Result<Wake, Fault> {
+    let Some(deletion) = Deletion::watch(session, &before.key, before.revision).await? else {
+        return Ok(Wake::Gone);
+    };
+    let until = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        gone = deletion.gone() => Ok(if gone { Wake::Gone } else { Wake::Again }),
+        _ = session.ended.cancelled() => Err(Fault::Ended),
+        _ = until => Ok(Wake::Deadline),
+    }
+}
+
+/// The lock's keys in queue order (create revision).
+pub(crate) async fn entries(session: &Session, dir: &str) -> Result<Vec<Entry>, Fault> {
+    let all = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let reply = session
+        .call(|mut c| {
+            let (dir, all) = (dir.to_owned(), all.clone());
+            async move { c.get(dir, Some(all)).await }
+        })
+        .await?;
+    Ok(reply
+        .kvs()
+        .iter()
+        .map(|kv| Entry {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            owner: String::from_utf8_lossy(kv.value()).into_owned(),
+            revision: kv.create_revision(),
+            lease: kv.lease(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_etcds_mutex() {
+        assert_eq!(dir("/fencelock", "job"), "/fencelock/job/");
+        assert_eq!(
+            key("/fencelock", "job", 0x694d_8a1b_2c3d),
+            "/fencelock/job/694d8a1b2c3d"
+        );
+    }
+
+    #[test]
+    fn owners_without_an_id_are_named_by_lease() {
+        let e = Entry {
+            key: "k".into(),
+            owner: String::new(),
+            revision: 5,
+            lease: 255,
+        };
+        assert_eq!(e.owner_or_lease(), "etcd lease ff");
+    }
+}

@@ -1,0 +1,484 @@
+//! etcd as the lock service, against real etcd members from the test kit (Debian's
+//! etcd-server 3.4), and `etcdctl lock` for interop.
+#![cfg(feature = "etcd")]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::within;
+use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, Released};
+use fencelock_testkit::{etcdctl, EtcdCluster, EtcdServer, EtcdctlLock};
+use tokio::time::Instant;
+
+fn server() -> EtcdServer {
+    EtcdServer::start().expect("start an etcd server")
+}
+
+/// A client whose lease TTL (the lease of its locks) is `ms`, rounded up to seconds.
+async fn client(url: &str, ms: u64) -> Client {
+    let options = ClientOptions::default().default_lease(Duration::from_millis(ms));
+    Client::connect_with(url, options)
+        .await
+        .expect("connect to etcd")
+}
+
+/// The lock's keys (key, create revision, lease), read with a client of its own (not the
+/// library under test).
+async fn keys(endpoints: &str, name: &str) -> Vec<(String, i64, i64)> {
+    let eps: Vec<String> = endpoints
+        .split(',')
+        .map(|e| format!("http://{e}"))
+        .collect();
+    let mut c = etcd_client::Client::connect(eps, None)
+        .await
+        .expect("raw etcd client");
+    let prefix = format!("/fencelock/{name}/");
+    let got = c
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .expect("get the lock's keys");
+    got.kvs()
+        .iter()
+        .map(|kv| {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            (key, kv.create_revision(), kv.lease())
+        })
+        .collect()
+}
+
+/// Waits until the lock has `n` keys.
+async fn until_keys(endpoints: &str, name: &str, n: usize) {
+    while keys(endpoints, name).await.len() != n {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Mutual exclusion across clients with strictly increasing tokens (the keys' create
+/// revisions), re-entry, two owners of one client, and the input the service refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exclusion_reentry_tokens_and_refusals() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "exclusion", async {
+        let clients = [
+            client(&url, 10_000).await,
+            client(&url, 10_000).await,
+            client(&url, 10_000).await,
+        ];
+        let inside = Arc::new(AtomicBool::new(false));
+        let tokens = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        // Two owners (lock handles) in each client: they take turns on the client's key.
+        for c in clients.iter().chain(clients.iter()) {
+            let (lock, inside, tokens) = (c.lock("excl"), inside.clone(), tokens.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    let g = lock.acquire().await.expect("acquire");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
+                    tokens.lock().unwrap().push(g.fencing_token());
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    inside.store(false, Ordering::SeqCst);
+                    assert_eq!(g.release().await.expect("release"), Released::Released);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("worker");
+        }
+        let tokens = tokens.lock().unwrap().clone();
+        assert_eq!(tokens.len(), 30);
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+        assert!(keys(&eps, "excl").await.is_empty());
+
+        // Re-entry: counted in the client, one key, one token.
+        let lock = clients[0].lock("re");
+        let first = lock.acquire().await.unwrap();
+        let second = lock.clone().acquire().await.unwrap();
+        assert_eq!((first.hold_count(), second.hold_count()), (1, 2));
+        assert_eq!(first.fencing_token(), second.fencing_token());
+        let held = keys(&eps, "re").await;
+        assert_eq!(held.len(), 1);
+        assert_eq!(
+            held[0].1 as u64,
+            first.fencing_token(),
+            "token = create revision"
+        );
+        let status = clients[1].status("re").await.unwrap();
+        assert!(status.held);
+        assert_eq!(status.owners, vec![(lock.owner().to_owned(), 1)]);
+        assert_eq!(status.fencing_token, Some(first.fencing_token()));
+        assert!(status
+            .remaining_lease
+            .is_some_and(|r| r <= Duration::from_secs(10)));
+        assert_eq!(
+            first.release().await.unwrap(),
+            Released::StillHeld { count: 1 }
+        );
+        assert!(second.is_held());
+
+        // Refused: extend, per-lock leases, Redis options, foreign re-entry, bad names.
+        assert!(matches!(
+            second.extend(Duration::from_secs(5)).await,
+            Err(Error::Unsupported { .. })
+        ));
+        let foreign = clients[1].lock("re").with_owner(lock.owner());
+        assert!(matches!(
+            foreign.acquire().await,
+            Err(Error::Unsupported { .. })
+        ));
+        assert!(matches!(
+            foreign.release().await,
+            Err(Error::Unsupported { .. })
+        ));
+        assert_eq!(
+            keys(&eps, "re").await.len(),
+            1,
+            "the refused attempt left a key"
+        );
+        let fixed = LockOptions::default().lease(Duration::from_secs(1));
+        let acks = LockOptions::default().min_replica_acks(1, Duration::from_millis(10));
+        for options in [fixed, acks] {
+            let r = clients[1]
+                .lock("x")
+                .with_options(options)
+                .try_acquire()
+                .await;
+            assert!(matches!(
+                r,
+                Err(Error::InvalidInput(InputError::InvalidOption { .. }))
+            ));
+        }
+        for bad in ["a/b", "a\u{1}"] {
+            let r = clients[1].lock(bad).try_acquire().await;
+            assert!(
+                matches!(r, Err(Error::InvalidInput(InputError::InvalidName { .. }))),
+                "{bad:?}"
+            );
+        }
+        let two = [url.clone(), url.clone()];
+        let urls: Vec<&str> = two.iter().map(String::as_str).collect();
+        assert!(matches!(
+            Client::connect_all(&urls).await,
+            Err(Error::InvalidInput(InputError::InvalidUrl { .. }))
+        ));
+        let password = ClientOptions::default().password("s3cret");
+        let r = Client::connect_with(&url, password).await;
+        let e = r.expect_err("a password without a user");
+        assert!(matches!(
+            e,
+            Error::InvalidInput(InputError::InvalidUrl { .. })
+        ));
+        assert!(!e.to_string().contains("s3cret"));
+        assert_eq!(second.release().await.unwrap(), Released::Released);
+        assert!(keys(&eps, "re").await.is_empty());
+    })
+    .await;
+}
+
+/// try_acquire, a timeout and a dropped acquire leave no key; a waiter is woken by the
+/// release itself; status counts waiters; force_unlock hands over to the next waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiting_wakeups_cleanup_and_force_unlock() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "waiting", async {
+        let (a, b, c) = (
+            client(&url, 20_000).await,
+            client(&url, 20_000).await,
+            client(&url, 20_000).await,
+        );
+        let held = a.lock("w").acquire().await.unwrap();
+        assert!(b.lock("w").try_acquire().await.unwrap().is_err());
+        assert_eq!(keys(&eps, "w").await.len(), 1, "try_acquire left a key");
+        let timed = b
+            .lock("w")
+            .acquire_timeout(Duration::from_millis(300))
+            .await;
+        assert!(matches!(timed, Err(Error::Timeout { .. })), "{timed:?}");
+        assert_eq!(keys(&eps, "w").await.len(), 1, "the timeout left a key");
+        let dropped = tokio::spawn({
+            let lock = b.lock("w");
+            async move { lock.acquire().await }
+        });
+        until_keys(&eps, "w", 2).await;
+        dropped.abort();
+        until_keys(&eps, "w", 1).await;
+
+        // Woken by the release, not by a timer (the lease TTL is 20 s).
+        let waiter = tokio::spawn({
+            let lock = b.lock("w");
+            async move { (lock.acquire().await, Instant::now()) }
+        });
+        until_keys(&eps, "w", 2).await;
+        let status = c.status("w").await.unwrap();
+        assert_eq!(status.waiters.len(), 1);
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let (got, at) = waiter.await.unwrap();
+        let got = got.expect("the waiter acquires");
+        assert!(
+            at - released < Duration::from_millis(500),
+            "woken after {:?}",
+            at - released
+        );
+
+        // A forced unlock deletes the holder's key: the holder is told, the next waits no more.
+        let next = tokio::spawn({
+            let lock = c.lock("w");
+            async move { lock.acquire().await }
+        });
+        until_keys(&eps, "w", 2).await;
+        let removed = a.force_unlock("w").await.unwrap();
+        assert_eq!(removed.len(), 1);
+        within(5.0, "the holder is told", got.lost()).await;
+        let taken = within(5.0, "hand-over", next).await.unwrap().unwrap();
+        assert!(taken.fencing_token() > got.fencing_token());
+        assert_eq!(got.release().await.unwrap(), Released::NotHeld);
+        taken.release().await.unwrap();
+        assert!(keys(&eps, "w").await.is_empty());
+    })
+    .await;
+}
+
+/// A holder whose server stops answering is told (`lost()`) before the server can expire its
+/// lease and hand the lock to another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn paused_server_fires_lost_before_another_client_acquires() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "pause", async {
+        let (a, b) = (client(&url, 2_000).await, client(&url, 20_000).await);
+        let held = a.lock("p").acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let lock = b.lock("p");
+            async move {
+                let g = lock.acquire_timeout(Duration::from_secs(40)).await;
+                (g, Instant::now())
+            }
+        });
+        until_keys(&eps, "p", 2).await;
+        etcd.pause();
+        let paused = Instant::now();
+        within(5.0, "lost while the server is paused", held.lost()).await;
+        let lost_at = Instant::now();
+        assert!(lost_at - paused <= Duration::from_millis(2_000));
+        tokio::time::sleep(Duration::from_millis(3_000)).await;
+        etcd.resume();
+        let (got, acquired_at) = waiter.await.unwrap();
+        let got = got.expect("the waiter gets the lock once the lease expired");
+        assert!(lost_at < acquired_at);
+        assert!(got.fencing_token() > held.fencing_token());
+        assert!(!held.is_held());
+        got.release().await.unwrap();
+        drop(held);
+    })
+    .await;
+}
+
+/// A lease revoked behind the holder's back (an operator, `etcdctl lease revoke`) fires
+/// `lost()`, and the client refuses new attempts with its lease gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn revoked_lease_fires_lost() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(30.0, "revoke", async {
+        let a = client(&url, 10_000).await;
+        let held = a.lock("r").acquire().await.unwrap();
+        let (_, _, lease) = keys(&eps, "r").await.remove(0);
+        let lease = format!("{lease:x}");
+        let eps2 = eps.clone();
+        tokio::task::spawn_blocking(move || etcdctl(&eps2, &["lease", "revoke", &lease]))
+            .await
+            .unwrap()
+            .expect("etcdctl lease revoke");
+        within(5.0, "lost after the revoke", held.lost()).await;
+        assert!(!held.is_held());
+        assert!(keys(&eps, "r").await.is_empty());
+        let again = a.lock("r2").try_acquire().await;
+        assert!(matches!(again, Err(Error::Unavailable { .. })), "{again:?}");
+    })
+    .await;
+}
+
+/// `etcdctl lock` (etcd's concurrency.Mutex) and fencelock exclude each other on one name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn etcdctl_lock_interop() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "etcdctl", async {
+        let c = client(&url, 10_000).await;
+        let mut theirs = EtcdctlLock::spawn(&eps, "/fencelock/job", 10).unwrap();
+        let (theirs, (key, _)) = tokio::task::spawn_blocking(move || {
+            let held = theirs.wait_held(Duration::from_secs(20));
+            (theirs, held.unwrap())
+        })
+        .await
+        .unwrap();
+        assert!(key.starts_with("/fencelock/job/"));
+        assert!(c.lock("job").try_acquire().await.unwrap().is_err());
+        let status = c.status("job").await.unwrap();
+        assert!(status.held && status.owners[0].0.starts_with("etcd lease "));
+        let waiting = tokio::spawn({
+            let lock = c.lock("job");
+            async move { lock.acquire().await }
+        });
+        until_keys(&eps, "job", 2).await;
+        assert!(
+            !waiting.is_finished(),
+            "fencelock took a lock etcdctl holds"
+        );
+        tokio::task::spawn_blocking(move || theirs.release())
+            .await
+            .unwrap()
+            .unwrap();
+        let guard = within(10.0, "after etcdctl's release", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+
+        let mut theirs = EtcdctlLock::spawn(&eps, "/fencelock/job", 10).unwrap();
+        until_keys(&eps, "job", 2).await;
+        let (mut theirs, early) = tokio::task::spawn_blocking(move || {
+            let early = theirs.held_within(Duration::from_millis(1_000));
+            (theirs, early)
+        })
+        .await
+        .unwrap();
+        assert!(!early, "etcdctl took a lock fencelock holds");
+        let token = guard.fencing_token();
+        guard.release().await.unwrap();
+        let (_, revision) = tokio::task::spawn_blocking(move || {
+            let held = theirs.wait_held(Duration::from_secs(10));
+            theirs.release().map(|()| held)
+        })
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("etcdctl acquires after fencelock's release");
+        assert!(revision > token);
+    })
+    .await;
+}
+
+/// The leader is killed while a lock is held and a second client tries all along: the holder
+/// keeps the lock or is told it lost it before the other gets it; never both at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_killed_while_held() {
+    let mut cluster = tokio::task::spawn_blocking(EtcdCluster::start)
+        .await
+        .unwrap()
+        .expect("start an etcd cluster");
+    let url = cluster.url();
+    within(90.0, "leader kill", async {
+        let (a, b) = (client(&url, 3_000).await, client(&url, 3_000).await);
+        let held = a.lock("k").acquire().await.unwrap();
+        let lost_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+        tokio::spawn({
+            let (token, lost_at) = (held.lost_token(), lost_at.clone());
+            async move {
+                token.cancelled().await;
+                *lost_at.lock().unwrap() = Some(Instant::now());
+            }
+        });
+        let other = tokio::spawn({
+            let lock = b.lock("k");
+            async move {
+                loop {
+                    match lock.acquire_timeout(Duration::from_secs(2)).await {
+                        Ok(g) => return (g, Instant::now()),
+                        Err(Error::Timeout { .. } | Error::Unavailable { .. }) => {}
+                        Err(e) => panic!("the second client: {e}"),
+                    }
+                }
+            }
+        });
+        let leader = cluster.leader().expect("a leader");
+        cluster.member_mut(leader).kill();
+        let cluster = tokio::task::spawn_blocking(move || {
+            cluster
+                .wait_for_leader(Duration::from_secs(30))
+                .map(|_| cluster)
+        })
+        .await
+        .unwrap()
+        .expect("a new leader");
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        if other.is_finished() {
+            let (_, acquired_at) = other.await.unwrap();
+            let lost = lost_at.lock().unwrap().expect("the holder was told");
+            assert!(lost < acquired_at, "both held the lock");
+            eprintln!("leader kill: the holder was told it lost the lock, then the other took it");
+        } else {
+            assert!(held.is_held(), "neither holds the lock");
+            eprintln!("leader kill: the holder kept the lock through the election");
+            let before = held.fencing_token();
+            held.release().await.unwrap();
+            let (next, _) = within(10.0, "hand-over", other).await.unwrap();
+            assert!(next.fencing_token() > before);
+            next.release().await.unwrap();
+        }
+        drop(cluster);
+    })
+    .await;
+}
+
+/// A key of the client's own lease already on the lock (a give-back that failed) is deleted
+/// and put again, never adopted: the new holding gets a fresh, larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leftover_key_is_replaced_not_adopted() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(30.0, "leftover", async {
+        let a = client(&url, 10_000).await;
+        let probe = a.lock("probe").acquire().await.unwrap();
+        let (_, _, lease) = keys(&eps, "probe").await.remove(0);
+        probe.release().await.unwrap();
+        let mut raw = etcd_client::Client::connect([format!("http://{eps}")], None)
+            .await
+            .unwrap();
+        let leftover = format!("/fencelock/left/{lease:x}");
+        let put = etcd_client::PutOptions::new().with_lease(lease);
+        raw.put(leftover.clone(), "", Some(put)).await.unwrap();
+        let (_, old_revision, _) = keys(&eps, "left").await.remove(0);
+        let guard = a.lock("left").acquire().await.unwrap();
+        assert!(guard.fencing_token() > old_revision as u64);
+        let now = keys(&eps, "left").await;
+        assert_eq!(now.len(), 1, "{now:?}");
+        assert_eq!(now[0].1 as u64, guard.fencing_token());
+        guard.release().await.unwrap();
+        assert!(keys(&eps, "left").await.is_empty());
+    })
+    .await;
+}
+
+/// A waiter whose lease is revoked while it waits stops waiting with an error, and does not
+/// take the holder's release for the lock (etcd-io/etcd#11456, etcd-io/etcd#19597).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_whose_lease_ends_does_not_acquire() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(30.0, "waiter's lease", async {
+        let (a, b) = (client(&url, 10_000).await, client(&url, 10_000).await);
+        let held = a.lock("wl").acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let lock = b.lock("wl");
+            async move { lock.acquire().await }
+        });
+        until_keys(&eps, "wl", 2).await;
+        let (_, _, lease) = keys(&eps, "wl").await.remove(1);
+        let lease = format!("{lease:x}");
+        let eps2 = eps.clone();
+        tokio::task::spawn_blocking(move || etcdctl(&eps2, &["lease", "revoke", &lease]))
+            .await
+            .unwrap()
+            .expect("etcdctl lease revoke");
+        held.release().await.unwrap();
+        let got = within(10.0, "the waiter gives up", waiter).await.unwrap();
+        assert!(matches!(got, Err(Error::Unavailable { .. })), "{got:?}");
+        assert!(keys(&eps, "wl").await.is_empty());
+    })
+    .await;
+}
