@@ -122,6 +122,30 @@ pub fn schedule(faults: &[Fault], duration: Duration, seed: u64) -> Vec<Planned>
         .collect()
 }
 
+/// How long a fault takes at most (beyond waiting for a client to act on), so that the run
+/// can be long enough for its faults and the recovery after them.
+pub fn cost(fault: Fault, lease: Duration) -> Duration {
+    let s = Duration::from_secs;
+    match fault {
+        Fault::Pause | Fault::SessionExpiry | Fault::ServerPause | Fault::RedisClientPause => {
+            long(lease) + s(1)
+        }
+        Fault::MinorityKill => long(lease) + s(1),
+        Fault::Kill | Fault::ScriptFlush | Fault::MinoritySlow => lease + s(1),
+        Fault::ServerRestart | Fault::ServerRestartAof => lease + s(1),
+        Fault::SentinelFailover | Fault::ClusterFailover | Fault::SlotMigration => s(10),
+        Fault::LeaderKill => s(20),
+        Fault::Partition | Fault::Netem => s(0),
+    }
+}
+
+/// The shortest run for `faults`: they are spread over 45% of it (from 15% to 60%), and
+/// the last 40% shows the recovery.
+pub fn min_duration(faults: &[Fault], lease: Duration) -> Duration {
+    let total: Duration = faults.iter().map(|&f| cost(f, lease)).sum();
+    total * 100 / 45
+}
+
 /// What the faults act on.
 pub struct Target<'a> {
     /// The clients.
@@ -136,11 +160,12 @@ pub struct Target<'a> {
 
 /// Runs one fault and checks that it happened.
 pub async fn inject(fault: Fault, t: &mut Target<'_>) -> Injected {
-    let start = now();
+    let mut start = now();
+    // A client fault first waits for a client at the right point: it begins when it acts.
     let result = match fault {
-        Fault::Pause => pause(t, false).await,
-        Fault::SessionExpiry => pause(t, true).await,
-        Fault::Kill => kill(t).await,
+        Fault::Pause => pause(t, false, &mut start).await,
+        Fault::SessionExpiry => pause(t, true, &mut start).await,
+        Fault::Kill => kill(t, &mut start).await,
         _ => {
             let lease = t.lease;
             let (servers, lock) = (&mut *t.servers, t.lock);
@@ -171,18 +196,18 @@ fn long(lease: Duration) -> Duration {
 
 /// SIGSTOP a client between its read and its write, past its lease. For session expiry,
 /// another client must also have acquired during the pause (the session did expire).
-async fn pause(t: &mut Target<'_>, session: bool) -> Outcome {
+async fn pause(t: &mut Target<'_>, session: bool, began: &mut u64) -> Outcome {
     let h = t
         .fleet
         .await_holder(Duration::from_secs(5))
         .await
         .ok_or("no client was between its read and its write within 5 s")?;
-    let began = now();
+    *began = now();
     let is_stopped = t.fleet.pause(h);
     tokio::time::sleep(long(t.lease)).await;
-    let taken = t.fleet.acquired_since(began, h.pid);
+    let taken = t.fleet.acquired_since(*began, h.pid);
     t.fleet.resume(h);
-    let held = Duration::from_nanos(now() - began);
+    let held = Duration::from_nanos(now() - *began);
     if !is_stopped {
         return Err(format!(
             "client {} (pid {}) was not seen stopped",
@@ -212,12 +237,13 @@ async fn pause(t: &mut Target<'_>, session: bool) -> Outcome {
 }
 
 /// SIGKILL a client holding the lock; a new process takes its lane.
-async fn kill(t: &mut Target<'_>) -> Outcome {
+async fn kill(t: &mut Target<'_>, began: &mut u64) -> Outcome {
     let h = t
         .fleet
         .await_holder(Duration::from_secs(5))
         .await
         .ok_or("no client was holding the lock within 5 s")?;
+    *began = now();
     let evidence = t.fleet.kill(h).await?;
     Ok((format!("client {}", h.lane), evidence))
 }

@@ -112,7 +112,16 @@ async fn verify_with(
             .map_err(|e| (exit::CONNECTION, e))?;
     let lease = args.lease.unwrap_or(args.backend.default_lease());
     let bound = liveness_bound(lease, args.backend);
-    let schedule = faults::schedule(&faults, args.duration, args.seed);
+    let needed = faults::min_duration(&faults, lease);
+    let duration = args.duration.max(needed);
+    if duration > args.duration {
+        progress.line(&format!(
+            "fencelock verify: --duration raised to {} s to fit the faults and the recovery \
+             after them",
+            duration.as_secs()
+        ));
+    }
+    let schedule = faults::schedule(&faults, duration, args.seed);
     std::fs::create_dir_all(&args.report).map_err(|e| {
         (
             exit::CANNOT_EXECUTE,
@@ -137,7 +146,7 @@ async fn verify_with(
             name,
             fencing,
             lease,
-            duration: args.duration,
+            duration,
             clients: args.clients.into(),
             seed: args.seed,
             dir: args.report.join(name),

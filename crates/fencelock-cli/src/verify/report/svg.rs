@@ -228,8 +228,15 @@ fn hold(out: &mut String, s: &Scale, h: &Hold, y: f64) {
         s.secs(h.acquired),
         s.secs(h.end)
     );
-    let label = h.token.to_string();
-    if w >= 7.0 * label.len() as f64 + 4.0 {
+    // Tokens from Redis are long (microseconds): the last digits tell neighbours apart, the
+    // whole token is in the tooltip.
+    let full = h.token.to_string();
+    let label = if full.len() > 5 {
+        format!("…{}", &full[full.len() - 4..])
+    } else {
+        full
+    };
+    if w >= 6.5 * label.chars().count() as f64 + 4.0 {
         let _ = write!(
             out,
             r#"<text x="{:.1}" y="{:.1}" class="token">{label}</text>"#,
