@@ -167,9 +167,23 @@ pub async fn inject(fault: Fault, t: &mut Target<'_>) -> Injected {
         Fault::SessionExpiry => pause(t, true, &mut start).await,
         Fault::Kill => kill(t, &mut start).await,
         _ => {
+            // A server fault is aimed at a held lock: it waits (a while) for a client between
+            // its read and its write, as a crash in production comes in the middle of work.
+            let held = t.fleet.await_holder(Duration::from_secs(3)).await;
+            start = now();
             let lease = t.lease;
             let (servers, lock) = (&mut *t.servers, t.lock);
-            tokio::task::block_in_place(|| server_fault(fault, servers, lease, lock))
+            let done = tokio::task::block_in_place(|| server_fault(fault, servers, lease, lock));
+            done.map(|(target, evidence)| match held {
+                Some(h) => (
+                    target,
+                    format!(
+                        "{evidence}; it began while client {} held token {}",
+                        h.lane, h.token
+                    ),
+                ),
+                None => (target, format!("{evidence}; no client held the lock then")),
+            })
         }
     };
     let (target, happened, evidence) = match result {
