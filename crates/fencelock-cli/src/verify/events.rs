@@ -154,13 +154,53 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Event>> {
     Ok(events)
 }
 
-/// The events in one file (empty if it cannot be read).
-pub fn read_file(path: &Path) -> Vec<Event> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
+/// The complete lines added to `path` since `offset`, parsed, and the offset after the
+/// last complete line: for readers that follow a file as it grows (a line being written is
+/// left for the next call).
+pub fn read_from(path: &Path, offset: u64) -> (Vec<Event>, u64) {
+    let Some(text) = text_from(path, offset) else {
+        return (Vec::new(), offset);
+    };
+    let complete = text.rfind('\n').map_or(0, |i| i + 1);
+    (parse(&text[..complete]), offset + complete as u64)
+}
+
+/// The events in the last `bytes` of a file: enough for its latest events without reading a
+/// long run's whole history.
+pub fn read_tail(path: &Path, bytes: u64) -> Vec<Event> {
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    let from = len.saturating_sub(bytes);
+    let text = text_from(path, from).unwrap_or_default();
+    // Past the offset, the first line is a cut one unless the window holds the whole file.
+    let first = if from == 0 {
+        0
+    } else {
+        text.find('\n').map_or(text.len(), |i| i + 1)
+    };
+    let complete = text.rfind('\n').map_or(0, |i| i + 1).max(first);
+    parse(&text[first..complete])
+}
+
+fn text_from(path: &Path, offset: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut bytes = Vec::new();
+    let mut file = File::open(path).ok()?;
+    file.seek(SeekFrom::Start(offset)).ok()?;
+    file.read_to_end(&mut bytes).ok()?;
+    // A cut may fall inside a multi-byte character: keep what decodes.
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+fn parse(lines: &str) -> Vec<Event> {
+    lines
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
+}
+
+/// The events in one file (empty if it cannot be read).
+pub fn read_file(path: &Path) -> Vec<Event> {
+    parse(&std::fs::read_to_string(path).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -193,5 +233,35 @@ mod tests {
         );
         let json = serde_json::to_string(&events[1]).unwrap();
         assert!(json.contains("\"event\":\"lost\""), "{json}");
+    }
+
+    #[test]
+    fn a_growing_file_is_followed_line_by_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("client-1.jsonl");
+        let rec = Recorder::open(&path, 1).unwrap();
+        for attempt in 1..=3 {
+            rec.record(Kind::AcquireCall { attempt });
+        }
+        let (events, offset) = read_from(&path, 0);
+        assert_eq!(events.len(), 3);
+        assert_eq!(offset, std::fs::metadata(&path).unwrap().len());
+        // A line being written is left for later.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{\"t\":5,")
+            .unwrap();
+        assert_eq!(read_from(&path, offset), (Vec::new(), offset));
+        let line = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .len() as u64;
+        let tail = read_tail(&path, line + 10);
+        assert_eq!(tail.len(), 1, "{tail:?}");
+        assert_eq!(tail[0].kind, Kind::AcquireCall { attempt: 3 });
     }
 }

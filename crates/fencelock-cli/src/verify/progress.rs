@@ -1,10 +1,11 @@
 //! The progress display while a run goes: one line redrawn in place on a terminal, a plain
 //! line every few seconds otherwise.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::events::{now, read_dir, Kind};
+use super::events::{now, read_from, Kind};
 use crate::ui::Ui;
 
 /// How often a plain (non-terminal) progress line is printed.
@@ -14,14 +15,15 @@ const PLAIN_EVERY: Duration = Duration::from_secs(5);
 pub struct Progress {
     ui: Ui,
     last_plain: Option<Instant>,
-    /// The run's name, e.g. `run` or `control`.
-    pub run: String,
-    /// The run's folder (its event files).
-    pub dir: std::path::PathBuf,
-    /// When the run started and ends (ns, monotonic).
-    pub span: (u64, u64),
+    run: String,
+    dir: PathBuf,
+    span: (u64, u64),
     /// What is happening: the fault under way, if any.
     pub doing: String,
+    /// How far each event file was read, and the counts so far: acquired, writes taken,
+    /// writes refused.
+    offsets: HashMap<PathBuf, u64>,
+    counts: (usize, usize, usize),
 }
 
 impl Progress {
@@ -34,6 +36,37 @@ impl Progress {
             dir: Default::default(),
             span: (0, 0),
             doing: String::new(),
+            offsets: HashMap::new(),
+            counts: (0, 0, 0),
+        }
+    }
+
+    /// Starts following a new run's folder.
+    pub fn follow_run(&mut self, run: &str, dir: &Path, span: (u64, u64)) {
+        self.run = run.to_owned();
+        self.dir = dir.to_owned();
+        self.span = span;
+        self.offsets.clear();
+        self.counts = (0, 0, 0);
+    }
+
+    /// Reads what the event files gained since the last tick, and counts it.
+    fn follow(&mut self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+            let offset = self.offsets.get(&path).copied().unwrap_or(0);
+            let (events, next) = read_from(&path, offset);
+            for e in events {
+                match e.kind {
+                    Kind::Acquired { .. } => self.counts.0 += 1,
+                    Kind::WriteAccepted { .. } => self.counts.1 += 1,
+                    Kind::WriteRejected { .. } => self.counts.2 += 1,
+                    _ => {}
+                }
+            }
+            self.offsets.insert(path, next);
         }
     }
 
@@ -44,7 +77,7 @@ impl Progress {
 
     /// Redraws the progress line (on a terminal), or prints it now and then (otherwise).
     pub fn tick(&mut self) {
-        let text = self.status(&self.dir);
+        let text = self.status();
         if self.ui.tty {
             self.ui.progress(&text);
         } else if self.last_plain.is_none_or(|t| t.elapsed() >= PLAIN_EVERY) {
@@ -53,12 +86,9 @@ impl Progress {
         }
     }
 
-    fn status(&self, dir: &Path) -> String {
-        let events = read_dir(dir).unwrap_or_default();
-        let count = |f: fn(&Kind) -> bool| events.iter().filter(|e| f(&e.kind)).count();
-        let acquired = count(|k| matches!(k, Kind::Acquired { .. }));
-        let accepted = count(|k| matches!(k, Kind::WriteAccepted { .. }));
-        let rejected = count(|k| matches!(k, Kind::WriteRejected { .. }));
+    fn status(&mut self) -> String {
+        self.follow();
+        let (acquired, accepted, rejected) = self.counts;
         let secs = |ns: u64| ns as f64 / 1e9;
         let (start, end) = self.span;
         format!(

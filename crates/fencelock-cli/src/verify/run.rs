@@ -87,9 +87,7 @@ pub async fn run(
     };
     let mut fleet = Fleet::start(client_spec, spec.clients, started.clone())
         .map_err(|e| format!("cannot start the clients: {e}"))?;
-    progress.run = spec.name.to_owned();
-    progress.dir = spec.dir.clone();
-    progress.span = (start, until);
+    progress.follow_run(spec.name, &spec.dir, (start, until));
     let mut injected = Vec::new();
     for planned in spec.schedule {
         progress.doing.clear();

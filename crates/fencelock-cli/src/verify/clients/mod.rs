@@ -14,7 +14,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 
-use super::events::{now, read_file, Kind, Recorder};
+use super::events::{now, read_file, read_tail, Kind, Recorder};
 use crate::procs::{signal, Started};
 pub use process::{client, ClientArgs};
 
@@ -137,7 +137,8 @@ impl Fleet {
     pub fn between_read_and_write(&self) -> Option<Holder> {
         (0..self.lanes()).find_map(|lane| {
             let pid = self.pids[lane];
-            let events = read_file(&self.lane_file(lane));
+            // The latest events are enough, and a long run's file is long.
+            let events = read_tail(&self.lane_file(lane), 8 * 1024);
             let last = events.iter().rev().find(|e| e.pid == pid)?;
             if !matches!(last.kind, Kind::Read { .. }) {
                 return None;

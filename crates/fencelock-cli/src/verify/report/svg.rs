@@ -2,7 +2,7 @@
 //! killed), the faults as bands across the lanes, token numbers on the holds, writes marked,
 //! and the violations outlined in red.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use super::escape;
@@ -175,10 +175,13 @@ fn lane_group(out: &mut String, s: &Scale, run: &RunReport, lane: usize) {
     for (a, b) in paused {
         let _ = write!(
             out,
-            r#"<rect class="paused" x="{:.1}" y="{:.1}" width="{:.1}" height="{BAR}" fill="url(#hatch)" fill-opacity="0.8"><title>paused (SIGSTOP) {:.2}–{:.2} s</title></rect>"#,
+            r#"<rect class="paused" x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="url(#hatch)" fill-opacity="0.85"><title>paused (SIGSTOP) {:.2}–{:.2} s</title></rect>"#,
             s.x(a),
-            y + 3.0,
+            // Inside the hold's bar, so that the hold's colour (its write's fate) shows
+            // around the pause.
+            y + 8.0,
             s.w(a, b),
+            BAR - 10.0,
             s.secs(a),
             s.secs(b)
         );
@@ -259,16 +262,30 @@ fn violations(out: &mut String, s: &Scale, run: &RunReport) {
             escape(why)
         );
     };
+    // One outline per hold and stretch of overlap: a paused holder overlaps every holder
+    // that came while it slept, and its lane would be drawn over once per pair.
+    let mut spans: BTreeMap<(usize, bool), Vec<(u64, u64, u64)>> = BTreeMap::new();
     for o in &v.overlaps {
-        let (a, b) = (&v.holds[o.holds.0], &v.holds[o.holds.1]);
-        let (class, what) = if o.fenced {
+        for (me, other) in [(o.holds.0, o.holds.1), (o.holds.1, o.holds.0)] {
+            let token = v.holds[other].token;
+            spans
+                .entry((me, o.fenced))
+                .or_default()
+                .push((o.from, o.to, token));
+        }
+    }
+    for ((i, fenced), mut list) in spans {
+        list.sort_unstable();
+        let h = &v.holds[i];
+        let (class, what) = if fenced {
             ("overlap-fenced", "overlap, fenced off")
         } else {
             ("violation", "VIOLATION: overlap, both writes accepted")
         };
-        let why = format!("{what}: tokens {} and {}", a.token, b.token);
-        outline(out, a, o.from, o.to, class, &why);
-        outline(out, b, o.from, o.to, class, &why);
+        for (from, to, tokens) in merge(&list) {
+            let why = format!("{what}: token {} with {tokens}", h.token);
+            outline(out, h, from, to, class, &why);
+        }
     }
     let lost = v.lost_updates.iter().map(|l| l.hold);
     for i in v.stale_writes.iter().copied().chain(lost) {
@@ -280,4 +297,26 @@ fn violations(out: &mut String, s: &Scale, run: &RunReport) {
         );
         outline(out, h, h.acquired, at, "violation", &why);
     }
+}
+
+/// Merges sorted `(from, to, token)` stretches less than 100 ms apart (a handover between
+/// two later holders), listing the other holders' tokens.
+fn merge(list: &[(u64, u64, u64)]) -> Vec<(u64, u64, String)> {
+    let mut merged: Vec<(u64, u64, Vec<u64>)> = Vec::new();
+    for &(from, to, token) in list {
+        match merged.last_mut() {
+            Some(last) if from <= last.1 + 100_000_000 => {
+                last.1 = last.1.max(to);
+                last.2.push(token);
+            }
+            _ => merged.push((from, to, vec![token])),
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(from, to, tokens)| {
+            let tokens: Vec<String> = tokens.iter().map(u64::to_string).collect();
+            (from, to, tokens.join(", "))
+        })
+        .collect()
 }
