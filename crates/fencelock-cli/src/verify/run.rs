@@ -51,6 +51,8 @@ pub struct RunReport {
     pub span: (u64, u64),
     /// The faults as they happened.
     pub injected: Vec<Injected>,
+    /// The deployment's state at the end, where it can change by itself (Sentinel).
+    pub servers_after: Option<String>,
     /// The checker's verdict.
     pub verdict: Verdict,
     /// Every event, in time order.
@@ -118,6 +120,7 @@ pub async fn run(
     progress.wait_until(until).await;
     fleet.finish(spec.lease * 3 + Duration::from_secs(5)).await;
     let end = now();
+    let servers_after = tokio::task::block_in_place(|| deployment.servers.state());
     let events = read_dir(&spec.dir).map_err(|e| format!("cannot read the events: {e}"))?;
     let heals: Vec<u64> = injected
         .iter()
@@ -139,6 +142,7 @@ pub async fn run(
         fencing: spec.fencing,
         span: (start, end),
         injected,
+        servers_after,
         verdict,
         events,
     })

@@ -138,6 +138,18 @@ fn etcd(_faults: &[Fault], _urls: &[String]) -> Result<Deployment, String> {
 }
 
 impl Servers {
+    /// The deployment's state after a run, where it can change by itself: which server the
+    /// sentinels name as master (a failover the run did not ask for shows here).
+    pub fn state(&self) -> Option<String> {
+        match self {
+            Servers::Sentinel(set) => Some(format!(
+                "the sentinels name :{} as master",
+                set.master_port().unwrap_or_default()
+            )),
+            _ => None,
+        }
+    }
+
     /// Every Redis server of the lock service that holds lock keys (masters and RedLock
     /// members; not replicas or sentinels).
     pub fn redis_masters(&self) -> Vec<&RedisServer> {

@@ -235,6 +235,16 @@ fn faults(out: &mut String, report: &Report) {
         }
     }
     out.push_str("</table>");
+    for run in &report.runs {
+        if let Some(state) = &run.servers_after {
+            let _ = write!(
+                out,
+                "<p>After the {}: {}.</p>",
+                escape(&run.name),
+                escape(state)
+            );
+        }
+    }
     if !report.skipped.is_empty() {
         out.push_str("<p>Skipped:</p><table><tr><th>fault</th><th>reason</th></tr>");
         for s in &report.skipped {
