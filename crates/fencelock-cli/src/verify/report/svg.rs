@@ -249,6 +249,9 @@ fn hold(out: &mut String, s: &Scale, h: &Hold, y: f64) {
     }
 }
 
+/// A stretch of overlap of one hold: from, to (ns), and the other holder's token.
+type Stretch = (u64, u64, u64);
+
 fn violations(out: &mut String, s: &Scale, run: &RunReport) {
     let v = &run.verdict;
     let outline = |out: &mut String, h: &Hold, from: u64, to: u64, class: &str, why: &str| {
@@ -264,7 +267,7 @@ fn violations(out: &mut String, s: &Scale, run: &RunReport) {
     };
     // One outline per hold and stretch of overlap: a paused holder overlaps every holder
     // that came while it slept, and its lane would be drawn over once per pair.
-    let mut spans: BTreeMap<(usize, bool), Vec<(u64, u64, u64)>> = BTreeMap::new();
+    let mut spans: BTreeMap<(usize, bool), Vec<Stretch>> = BTreeMap::new();
     for o in &v.overlaps {
         for (me, other) in [(o.holds.0, o.holds.1), (o.holds.1, o.holds.0)] {
             let token = v.holds[other].token;
@@ -301,7 +304,7 @@ fn violations(out: &mut String, s: &Scale, run: &RunReport) {
 
 /// Merges sorted `(from, to, token)` stretches less than 100 ms apart (a handover between
 /// two later holders), listing the other holders' tokens.
-fn merge(list: &[(u64, u64, u64)]) -> Vec<(u64, u64, String)> {
+fn merge(list: &[Stretch]) -> Vec<(u64, u64, String)> {
     let mut merged: Vec<(u64, u64, Vec<u64>)> = Vec::new();
     for &(from, to, token) in list {
         match merged.last_mut() {
