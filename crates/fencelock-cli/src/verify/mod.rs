@@ -102,7 +102,11 @@ async fn verify_with(
             s.fault, s.reason
         ));
     }
-    progress.line("fencelock verify: starting the servers");
+    progress.line(if args.url.is_empty() {
+        "fencelock verify: starting the servers"
+    } else {
+        "fencelock verify: starting the register's Redis (the lock is on --url)"
+    });
     let (backend, urls, asked) = (args.backend, args.url.clone(), faults.clone());
     let mut deployment =
         tokio::task::spawn_blocking(move || servers::start(backend, &asked, &urls))
