@@ -194,46 +194,47 @@ pub fn check(events: &[Event], bounds: Bounds<'_>) -> Verdict {
 
 /// Builds the holds from the events, and counts the acquires with an unknown outcome.
 fn holds(events: &[Event], end: u64) -> (Vec<Hold>, usize) {
-    let mut calls: HashMap<(u32, u64), u64> = HashMap::new();
-    let mut open: BTreeMap<(u32, u64), Hold> = BTreeMap::new();
-    let mut done = Vec::new();
-    let mut unknown = 0;
+    let mut b = Builder::default();
     for e in events {
-        let close = |open: &mut BTreeMap<(u32, u64), Hold>, done: &mut Vec<Hold>, key| {
-            if let Some(mut h) = open.remove(&key) {
-                h.end = e.t;
-                done.push(h);
-            }
-        };
+        b.on(e);
+    }
+    for (_, mut h) in b.open {
+        h.end = end;
+        b.done.push(h);
+    }
+    b.done.sort_by_key(|h| (h.acquired, h.pid));
+    (b.done, b.unknown)
+}
+
+/// A hold's key: the process and its attempt.
+type Key = (u32, u64);
+
+/// The holds under construction while the events are read in time order.
+#[derive(Default)]
+struct Builder {
+    /// Acquire calls not yet returned, with their time.
+    calls: HashMap<Key, u64>,
+    open: BTreeMap<Key, Hold>,
+    done: Vec<Hold>,
+    unknown: usize,
+}
+
+impl Builder {
+    fn on(&mut self, e: &Event) {
         match &e.kind {
             Kind::AcquireCall { attempt } => {
-                calls.insert((e.pid, *attempt), e.t);
+                self.calls.insert((e.pid, *attempt), e.t);
             }
-            Kind::Acquired { attempt, token } => {
-                let called = calls.remove(&(e.pid, *attempt)).unwrap_or(e.t);
-                let hold = Hold {
-                    client: e.client,
-                    pid: e.pid,
-                    attempt: *attempt,
-                    token: *token,
-                    called,
-                    acquired: e.t,
-                    end: e.t,
-                    write_sent: None,
-                    write_returned: None,
-                    write: Write::None,
-                };
-                open.insert((e.pid, *attempt), hold);
-            }
+            Kind::Acquired { attempt, token } => self.acquired(e, *attempt, *token),
             Kind::NotAcquired { attempt, .. } => {
-                calls.remove(&(e.pid, *attempt));
+                self.calls.remove(&(e.pid, *attempt));
             }
             Kind::AcquireUnknown { attempt, .. } => {
-                calls.remove(&(e.pid, *attempt));
-                unknown += 1;
+                self.calls.remove(&(e.pid, *attempt));
+                self.unknown += 1;
             }
             Kind::WriteCall { attempt, .. } => {
-                if let Some(h) = open.get_mut(&(e.pid, *attempt)) {
+                if let Some(h) = self.open.get_mut(&(e.pid, *attempt)) {
                     h.write_sent = Some(e.t);
                 }
             }
@@ -247,44 +248,60 @@ fn holds(events: &[Event], end: u64) -> (Vec<Hold>, usize) {
                     value: *value,
                     stale: *stale,
                 };
-                set_write(&mut open, (e.pid, *attempt), write, e.t);
-                close(&mut open, &mut done, (e.pid, *attempt));
+                self.written(e, *attempt, write);
             }
-            Kind::WriteRejected { attempt, .. } | Kind::WriteFailed { attempt, .. } => {
-                let write = match e.kind {
-                    Kind::WriteRejected { .. } => Write::Rejected,
-                    _ => Write::Failed,
-                };
-                set_write(&mut open, (e.pid, *attempt), write, e.t);
-                close(&mut open, &mut done, (e.pid, *attempt));
-            }
-            Kind::Released { attempt, .. } => close(&mut open, &mut done, (e.pid, *attempt)),
-            Kind::Killed | Kind::Exit => {
-                let keys: Vec<_> = open.keys().filter(|k| k.0 == e.pid).copied().collect();
-                for key in keys {
-                    close(&mut open, &mut done, key);
-                }
-                // An acquire cut short by the kill never returned: its outcome is unknown.
-                let before = calls.len();
-                calls.retain(|k, _| k.0 != e.pid);
-                unknown += before - calls.len();
-            }
+            Kind::WriteRejected { attempt, .. } => self.written(e, *attempt, Write::Rejected),
+            Kind::WriteFailed { attempt, .. } => self.written(e, *attempt, Write::Failed),
+            Kind::Released { attempt, .. } => self.close((e.pid, *attempt), e.t),
+            Kind::Killed | Kind::Exit => self.process_ended(e),
             Kind::Start | Kind::Read { .. } | Kind::Lost { .. } => {}
             Kind::Paused | Kind::Resumed => {}
         }
     }
-    for (_, mut h) in open {
-        h.end = end;
-        done.push(h);
-    }
-    done.sort_by_key(|h| (h.acquired, h.pid));
-    (done, unknown)
-}
 
-fn set_write(open: &mut BTreeMap<(u32, u64), Hold>, key: (u32, u64), write: Write, t: u64) {
-    if let Some(h) = open.get_mut(&key) {
-        h.write = write;
-        h.write_returned = Some(t);
+    fn acquired(&mut self, e: &Event, attempt: u64, token: u64) {
+        let called = self.calls.remove(&(e.pid, attempt)).unwrap_or(e.t);
+        let hold = Hold {
+            client: e.client,
+            pid: e.pid,
+            attempt,
+            token,
+            called,
+            acquired: e.t,
+            end: e.t,
+            write_sent: None,
+            write_returned: None,
+            write: Write::None,
+        };
+        self.open.insert((e.pid, attempt), hold);
+    }
+
+    /// The write returned: the critical section ends there.
+    fn written(&mut self, e: &Event, attempt: u64, write: Write) {
+        if let Some(h) = self.open.get_mut(&(e.pid, attempt)) {
+            h.write = write;
+            h.write_returned = Some(e.t);
+        }
+        self.close((e.pid, attempt), e.t);
+    }
+
+    fn close(&mut self, key: Key, t: u64) {
+        if let Some(mut h) = self.open.remove(&key) {
+            h.end = t;
+            self.done.push(h);
+        }
+    }
+
+    /// A process exited or was killed: its holds end, and an acquire it had not seen return
+    /// has an unknown outcome.
+    fn process_ended(&mut self, e: &Event) {
+        let keys: Vec<Key> = self.open.keys().filter(|k| k.0 == e.pid).copied().collect();
+        for key in keys {
+            self.close(key, e.t);
+        }
+        let before = self.calls.len();
+        self.calls.retain(|k, _| k.0 != e.pid);
+        self.unknown += before - self.calls.len();
     }
 }
 

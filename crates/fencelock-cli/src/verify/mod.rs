@@ -102,18 +102,7 @@ async fn verify_with(
             s.fault, s.reason
         ));
     }
-    progress.line(if args.url.is_empty() {
-        "fencelock verify: starting the servers"
-    } else {
-        "fencelock verify: starting the register's Redis (the lock is on --url)"
-    });
-    let (backend, urls, asked) = (args.backend, args.url.clone(), faults.clone());
-    let mut deployment =
-        tokio::task::spawn_blocking(move || servers::start(backend, &asked, &urls))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r)
-            .map_err(|e| (exit::CONNECTION, e))?;
+    let mut deployment = start_servers(args, &faults, &progress).await?;
     let lease = args.lease.unwrap_or(args.backend.default_lease());
     let bound = liveness_bound(lease, args.backend);
     let needed = faults::min_duration(&faults, lease);
@@ -140,34 +129,21 @@ async fn verify_with(
         schedule.len(),
         args.seed
     ));
-    let mut kinds = vec![("run", !args.no_fencing)];
-    if !args.no_control && !args.no_fencing {
-        kinds.push(("control", false));
-    }
-    let mut runs: Vec<RunReport> = Vec::new();
-    for (name, fencing) in kinds {
-        let spec = RunSpec {
-            name,
-            fencing,
-            lease,
-            duration,
-            clients: args.clients.into(),
-            seed: args.seed,
-            dir: args.report.join(name),
-            exe: exe.clone(),
-            schedule: &schedule,
-            liveness_bound: bound,
-            password: args.password.clone(),
-        };
-        let done = run::run(spec, &mut deployment, started, &mut progress)
-            .await
-            .map_err(|e| (VIOLATIONS, e))?;
-        progress.line(&format!(
-            "fencelock verify: {}",
-            report::verdict_line(&done)
-        ));
-        runs.push(done);
-    }
+    let template = RunSpec {
+        name: "run",
+        fencing: !args.no_fencing,
+        lease,
+        duration,
+        clients: args.clients.into(),
+        seed: args.seed,
+        dir: args.report.clone(),
+        exe,
+        schedule: &schedule,
+        liveness_bound: bound,
+        password: args.password.clone(),
+    };
+    let control = !args.no_control && !args.no_fencing;
+    let runs = run_all(template, control, &mut deployment, started, &mut progress).await?;
     let report = Report {
         command: command_line(),
         backend: args.backend,
@@ -183,6 +159,58 @@ async fn verify_with(
     report::write(&args.report, &report)
         .map_err(|e| (VIOLATIONS, format!("cannot write the report: {e}")))?;
     Ok(conclude(&report, &args.report, &progress))
+}
+
+/// The run, then its negative control (the same schedule without fencing) if asked.
+async fn run_all(
+    template: RunSpec<'_>,
+    control: bool,
+    deployment: &mut servers::Deployment,
+    started: &Started,
+    progress: &mut Progress,
+) -> Result<Vec<RunReport>, (u8, String)> {
+    let mut kinds = vec![("run", template.fencing)];
+    if control {
+        kinds.push(("control", false));
+    }
+    let mut runs = Vec::new();
+    for (name, fencing) in kinds {
+        let spec = RunSpec {
+            name,
+            fencing,
+            dir: template.dir.join(name),
+            ..template.clone()
+        };
+        let done = run::run(spec, deployment, started, progress)
+            .await
+            .map_err(|e| (VIOLATIONS, e))?;
+        progress.line(&format!(
+            "fencelock verify: {}",
+            report::verdict_line(&done)
+        ));
+        runs.push(done);
+    }
+    Ok(runs)
+}
+
+/// Starts the deployment (or only the register's Redis, with --url).
+async fn start_servers(
+    args: &VerifyArgs,
+    faults: &[Fault],
+    progress: &Progress,
+) -> Result<servers::Deployment, (u8, String)> {
+    progress.line(if args.url.is_empty() {
+        "fencelock verify: starting the servers"
+    } else {
+        "fencelock verify: starting the register's Redis (the lock is on --url)"
+    });
+    let (backend, urls, asked) = (args.backend, args.url.clone(), faults.to_vec());
+    let deployment = tokio::task::spawn_blocking(move || servers::start(backend, &asked, &urls))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+        .map_err(|e| (exit::CONNECTION, e))?;
+    Ok(deployment)
 }
 
 /// Prints the verdict and the report's place; the exit status.

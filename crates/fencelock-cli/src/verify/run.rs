@@ -15,6 +15,7 @@ use super::servers::Deployment;
 use crate::procs::Started;
 
 /// What one run is.
+#[derive(Clone)]
 pub struct RunSpec<'a> {
     /// `run` or `control`.
     pub name: &'static str,
@@ -59,6 +60,36 @@ pub struct RunReport {
     pub events: Vec<Event>,
 }
 
+/// Injects the scheduled faults, each at its time (or as soon as the one before is over).
+async fn drive(
+    spec: &RunSpec<'_>,
+    start: u64,
+    target: &mut Target<'_>,
+    progress: &mut Progress,
+) -> Vec<Injected> {
+    let mut injected = Vec::new();
+    for planned in spec.schedule {
+        progress.doing.clear();
+        progress.wait_until(start + planned.at_ms * 1_000_000).await;
+        progress.doing = planned.fault.name();
+        progress.tick();
+        let done = inject(planned.fault, target).await;
+        let mark = if done.happened {
+            "ok"
+        } else {
+            "did not happen"
+        };
+        progress.line(&format!(
+            "  {} {}: {mark}: {}",
+            spec.name,
+            planned.fault.name(),
+            done.evidence
+        ));
+        injected.push(done);
+    }
+    injected
+}
+
 /// Runs one run on `deployment`.
 pub async fn run(
     spec: RunSpec<'_>,
@@ -90,32 +121,13 @@ pub async fn run(
     let mut fleet = Fleet::start(client_spec, spec.clients, started.clone())
         .map_err(|e| format!("cannot start the clients: {e}"))?;
     progress.follow_run(spec.name, &spec.dir, (start, until));
-    let mut injected = Vec::new();
-    for planned in spec.schedule {
-        progress.doing.clear();
-        progress.wait_until(start + planned.at_ms * 1_000_000).await;
-        progress.doing = planned.fault.name();
-        progress.tick();
-        let mut target = Target {
-            fleet: &mut fleet,
-            servers: &mut deployment.servers,
-            lease: spec.lease,
-            lock: &lock,
-        };
-        let done = inject(planned.fault, &mut target).await;
-        let mark = if done.happened {
-            "ok"
-        } else {
-            "did not happen"
-        };
-        progress.line(&format!(
-            "  {} {}: {mark}: {}",
-            spec.name,
-            planned.fault.name(),
-            done.evidence
-        ));
-        injected.push(done);
-    }
+    let mut target = Target {
+        fleet: &mut fleet,
+        servers: &mut deployment.servers,
+        lease: spec.lease,
+        lock: &lock,
+    };
+    let injected = drive(&spec, start, &mut target, progress).await;
     progress.doing.clear();
     progress.wait_until(until).await;
     fleet.finish(spec.lease * 3 + Duration::from_secs(5)).await;
