@@ -4,8 +4,11 @@
 mod demo;
 mod duration;
 mod exit;
+mod procs;
 mod run;
 mod status;
+mod ui;
+mod verify;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -94,6 +97,14 @@ enum Command {
     /// One worker of the demo (used by `fencelock demo`).
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
+    /// Check what holds on a deployment under faults: client processes contend for a lock
+    /// and write a fenced register while faults come on a seeded schedule; a checker reads
+    /// the history; a report (JSON, HTML) shows it. Exit status 0 only when every safety
+    /// check passed.
+    Verify(verify::VerifyArgs),
+    /// One client of `fencelock verify`.
+    #[command(hide = true)]
+    VerifyClient(verify::ClientArgs),
 }
 
 fn main() -> ExitCode {
@@ -123,6 +134,8 @@ fn main() -> ExitCode {
             Command::Unlock(args) => status::unlock(args).await,
             Command::Demo(args) => demo::demo(args).await,
             Command::DemoWorker(args) => demo::worker(args).await,
+            Command::Verify(args) => verify::verify(args).await,
+            Command::VerifyClient(args) => verify::client(args).await,
         }
     });
     // Do not wait for blocking tasks (a stdin read) to finish.

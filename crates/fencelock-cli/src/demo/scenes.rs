@@ -8,10 +8,11 @@ use nix::sys::signal::Signal;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::stage::{signal, Job, Stage};
+use super::stage::{Job, Stage};
 use super::worker::{record_connection, STALE, TOKENS, VALUE, VIOLATIONS};
 use super::DemoArgs;
 use crate::exit;
+use crate::procs::signal;
 
 /// The lease (or session timeout) of the holders that are neither frozen nor killed: long
 /// enough that no live holder loses its lock on a busy machine.

@@ -1,22 +1,19 @@
 //! The demo's processes and output: `fencelock run` holders started, awaited, frozen and
 //! killed by PID, and the lines the scenes print.
 
-use std::collections::HashSet;
-use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fencelock_testkit::RedisServer;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use redis::AsyncCommands;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
 use super::service::LockService;
+pub(super) use crate::procs::Started;
+pub(super) use crate::ui::Ui;
 
 /// The lock every holder of the demo contends for.
 const LOCK: &str = "demo:record";
@@ -24,54 +21,6 @@ const LOCK: &str = "demo:record";
 /// How long a worker may take to read the record and say it is ready (a `fencelock run`
 /// waits for the lock first, and processes start slowly on a busy machine).
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Progress on a terminal (one line redrawn in place), plain lines otherwise.
-pub(super) struct Ui {
-    pub(super) tty: bool,
-}
-
-impl Ui {
-    pub(super) fn line(&self, text: &str) {
-        if self.tty {
-            print!("\r\x1b[2K");
-        }
-        println!("{text}");
-    }
-
-    pub(super) fn progress(&self, text: &str) {
-        if self.tty {
-            print!("\r\x1b[2K{text}");
-            let _ = std::io::stdout().flush();
-        }
-    }
-}
-
-/// Processes this demo started that may still run; killed on the way out.
-#[derive(Default, Clone)]
-pub(super) struct Started(Arc<Mutex<HashSet<u32>>>);
-
-impl Started {
-    fn add(&self, pid: u32) {
-        self.0.lock().unwrap().insert(pid);
-    }
-    pub(super) fn remove(&self, pid: u32) {
-        self.0.lock().unwrap().remove(&pid);
-    }
-    pub(super) fn kill_all(&self) {
-        for pid in self.0.lock().unwrap().drain() {
-            // A frozen process must be continued to act on the kill at once.
-            signal(&[pid], Signal::SIGCONT);
-            signal(&[pid], Signal::SIGKILL);
-        }
-    }
-}
-
-/// Sends `signal` to processes this demo started, by PID.
-pub(super) fn signal(pids: &[u32], signal: Signal) {
-    for &pid in pids {
-        let _ = kill(Pid::from_raw(pid as i32), signal);
-    }
-}
 
 /// One `fencelock run -- fencelock demo-worker` to start: what the holder asks for and what
 /// the worker does.

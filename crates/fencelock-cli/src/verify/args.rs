@@ -1,0 +1,255 @@
+//! The arguments of `fencelock verify`, the backends and the faults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use crate::parse_duration;
+
+/// Arguments of `fencelock verify`.
+#[derive(Args, Debug, Clone)]
+pub struct VerifyArgs {
+    /// Run against these servers instead of throwaway local ones (the lock's URL as
+    /// `fencelock run --url` takes it; several redis:// URLs for RedLock). Only the faults
+    /// that need no control over a server run then (client pauses and kills).
+    #[arg(long)]
+    pub url: Vec<String>,
+    /// Server password for --url (never printed).
+    #[arg(long, env = "FENCELOCK_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// The deployment to start (without --url) or to describe (with --url).
+    #[arg(long, value_enum, default_value_t = Backend::Redis)]
+    pub backend: Backend,
+    /// Faults to inject, comma-separated, or `all` (every fault of the backend) or `none`.
+    /// Client faults: pause, kill, session-expiry. Server faults: server-pause,
+    /// server-restart, server-restart-aof, script-flush, redis-client-pause, minority-kill,
+    /// minority-slow, sentinel-failover, cluster-failover, slot-migration, leader-kill,
+    /// partition, netem.
+    #[arg(long, value_delimiter = ',', default_value = "pause,kill")]
+    pub faults: Vec<String>,
+    /// How long each run lasts (the run, then its negative control).
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    pub duration: Duration,
+    /// Client processes contending for the lock.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=32))]
+    pub clients: u16,
+    /// Seed of the fault schedule and of the clients' hold times.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write without the token check (the negative control as the run itself).
+    #[arg(long)]
+    pub no_fencing: bool,
+    /// Skip the negative control (a second run without fencing, with the same schedule).
+    #[arg(long)]
+    pub no_control: bool,
+    /// The lease (ZooKeeper: the session timeout). Default: 1 s on Redis, 2 s on ZooKeeper.
+    /// Client pauses last twice the lease, so a pause always outlasts it.
+    #[arg(long, value_parser = parse_duration)]
+    pub lease: Option<Duration>,
+    /// Folder for the report (report.json, report.html, the event files).
+    #[arg(long, default_value = "fencelock-verify")]
+    pub report: PathBuf,
+}
+
+/// The deployments `fencelock verify` knows.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// One Redis server.
+    Redis,
+    /// RedLock over three independent Redis servers.
+    Redlock,
+    /// A Redis master and replica watched by three sentinels.
+    Sentinel,
+    /// A Redis Cluster of three masters with a replica each.
+    Cluster,
+    /// ZooKeeper (one server; three when the faults include leader-kill).
+    Zookeeper,
+    /// etcd (not built into this binary yet).
+    Etcd,
+}
+
+impl Backend {
+    /// The default lease: ZooKeeper's session must be heard from several times per timeout,
+    /// so it gets more room on a busy machine.
+    pub fn default_lease(self) -> Duration {
+        match self {
+            Backend::Zookeeper | Backend::Etcd => Duration::from_secs(2),
+            _ => Duration::from_secs(1),
+        }
+    }
+
+    /// The faults that apply to this backend's throwaway servers.
+    pub fn faults(self) -> &'static [Fault] {
+        use Fault::*;
+        match self {
+            Backend::Redis => &[
+                Pause,
+                Kill,
+                ServerPause,
+                ServerRestart,
+                ServerRestartAof,
+                ScriptFlush,
+                RedisClientPause,
+                Partition,
+                Netem,
+            ],
+            Backend::Redlock => &[
+                Pause,
+                Kill,
+                MinorityKill,
+                MinoritySlow,
+                ServerRestart,
+                ScriptFlush,
+                RedisClientPause,
+                Partition,
+                Netem,
+            ],
+            Backend::Sentinel => &[
+                Pause,
+                Kill,
+                SentinelFailover,
+                ScriptFlush,
+                RedisClientPause,
+                Partition,
+                Netem,
+            ],
+            Backend::Cluster => &[
+                Pause,
+                Kill,
+                ClusterFailover,
+                SlotMigration,
+                ScriptFlush,
+                Partition,
+                Netem,
+            ],
+            Backend::Zookeeper => &[
+                Pause,
+                Kill,
+                SessionExpiry,
+                ServerPause,
+                LeaderKill,
+                Partition,
+                Netem,
+            ],
+            Backend::Etcd => &[Pause, Kill, ServerPause, LeaderKill, Partition, Netem],
+        }
+    }
+}
+
+/// A fault `fencelock verify` can inject.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// SIGSTOP a client holding the lock for twice its lease, between its read and write.
+    Pause,
+    /// SIGKILL a client holding the lock, and start a new one in its place.
+    Kill,
+    /// ZooKeeper: SIGSTOP a holder past its session timeout, until its session expired.
+    SessionExpiry,
+    /// SIGSTOP the server (RedLock: one server) for twice the lease.
+    ServerPause,
+    /// Kill the server and restart it at once, without persistence (RedLock: one server).
+    ServerRestart,
+    /// Kill the server and restart it at once, with `appendfsync always`.
+    ServerRestartAof,
+    /// `SCRIPT FLUSH` on every server.
+    ScriptFlush,
+    /// `CLIENT PAUSE` for twice the lease (RedLock: one server).
+    RedisClientPause,
+    /// RedLock: kill one server, restart it after twice the lease.
+    MinorityKill,
+    /// RedLock: one server answers late (`DEBUG SLEEP` for the lease).
+    MinoritySlow,
+    /// `SENTINEL FAILOVER`.
+    SentinelFailover,
+    /// `CLUSTER FAILOVER` of the lock's master.
+    ClusterFailover,
+    /// Move the lock's slot to another master.
+    SlotMigration,
+    /// ZooKeeper ensemble: kill the leader, restart it once a new one leads.
+    LeaderKill,
+    /// A network partition around one server (network namespaces).
+    Partition,
+    /// netem delay around one server (network namespaces).
+    Netem,
+}
+
+impl Fault {
+    /// The fault's name on the command line.
+    pub fn name(self) -> String {
+        self.to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Whether it acts on a client process only (it runs against servers given with --url).
+    pub fn client_side(self) -> bool {
+        matches!(self, Fault::Pause | Fault::Kill | Fault::SessionExpiry)
+    }
+}
+
+/// Parses `--faults`: names, `all` or `none`. Unknown names are a usage error.
+pub fn parse_faults(names: &[String], backend: Backend) -> Result<Vec<Fault>, String> {
+    let mut faults = Vec::new();
+    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        match name {
+            "none" => {}
+            "all" => faults.extend_from_slice(backend.faults()),
+            _ => {
+                let f = Fault::from_str(name, true).map_err(|_| {
+                    let known: Vec<String> =
+                        Fault::value_variants().iter().map(|f| f.name()).collect();
+                    format!(
+                        "unknown fault {name:?} in --faults (known: all, none, {})",
+                        known.join(", ")
+                    )
+                })?;
+                faults.push(f);
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    faults.retain(|f| seen.insert(*f));
+    Ok(faults)
+}
+
+/// The bounds on the other flags; a value outside them is a usage error.
+pub fn validate(args: &VerifyArgs) -> Result<(), String> {
+    if args.duration < Duration::from_secs(4) || args.duration > Duration::from_secs(3600) {
+        return Err("--duration must be between 4s and 1h".to_owned());
+    }
+    if let Some(lease) = args.lease {
+        if lease < Duration::from_millis(500) || lease > Duration::from_secs(60) {
+            return Err("--lease must be between 500ms and 60s".to_owned());
+        }
+    }
+    if args.backend == Backend::Redlock && args.url.len() == 1 {
+        return Err("--backend redlock with --url needs several redis:// URLs".to_owned());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_parse_by_name_all_and_none() {
+        let names = |s: &str| s.split(',').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(
+            parse_faults(&names("pause,kill,pause"), Backend::Redis).unwrap(),
+            vec![Fault::Pause, Fault::Kill]
+        );
+        assert!(parse_faults(&names("none"), Backend::Redis)
+            .unwrap()
+            .is_empty());
+        let all = parse_faults(&names("all"), Backend::Redlock).unwrap();
+        assert!(all.contains(&Fault::MinorityKill));
+        let e = parse_faults(&names("pause,fire"), Backend::Redis).unwrap_err();
+        assert!(e.contains("\"fire\"") && e.contains("server-pause"), "{e}");
+        assert_eq!(Fault::RedisClientPause.name(), "redis-client-pause");
+    }
+}

@@ -1,0 +1,419 @@
+//! The checker: a pure function from a run's events to its verdict.
+//!
+//! A *hold* is one acquisition: from `acquire`'s return with the lock to the end of the
+//! client's critical section (its write's return, else its release, its death, or the end of
+//! the run). The checks:
+//!
+//! - (a) overlapping holds of two clients, by their monotonic timestamps. An overlap is
+//!   *fenced* when at most one of the two holds had a write accepted: the resource saw only
+//!   one writer. An *unfenced* overlap (both writes taken) is a safety violation.
+//! - (b) stale writes accepted: a write taken although its token was lower than one the
+//!   register had taken (the register says so without fencing; with fencing it is found from
+//!   the timestamps: a higher-token write had returned before this one was sent).
+//! - (c) breaks in token order: a client that called `acquire` after another's `acquire`
+//!   returned must get a larger token.
+//! - (d) lost updates: every write stores the value it read plus one, so an accepted write
+//!   whose read is not the value the register held (the previous accepted write's) overwrote
+//!   the updates in between; they are counted, and charged to that write.
+//! - (e) acquires whose outcome is unknown (an error, or no return: the process was killed),
+//!   counted.
+//! - (f) liveness: after each fault heals, some client acquires within the stated bound.
+//!
+//! (a) unfenced, (b), (c) and (d) are safety checks; (e) and (f) are reported beside them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use super::events::{Event, Kind};
+
+/// What the checker needs besides the events.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds<'a> {
+    /// When each fault healed (ns, monotonic).
+    pub heals: &'a [u64],
+    /// The end of the run (ns): holds still open then end there.
+    pub end: u64,
+    /// How soon after a fault heals the lock must be acquired again (ns).
+    pub liveness_bound: u64,
+}
+
+/// How a hold's write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Write {
+    /// No write returned (none was sent, or the client died first).
+    None,
+    /// Taken; `stale` when the register had taken a higher token.
+    Accepted { value: u64, stale: bool },
+    /// Refused for its stale token.
+    Rejected,
+    /// Failed: outcome unknown.
+    Failed,
+}
+
+/// One acquisition and the critical section that followed it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Hold {
+    /// The client's lane.
+    pub client: usize,
+    /// The process.
+    pub pid: u32,
+    /// The process's attempt number.
+    pub attempt: u64,
+    /// The fencing token.
+    pub token: u64,
+    /// When `acquire` was called (ns).
+    pub called: u64,
+    /// When `acquire` returned the lock (ns).
+    pub acquired: u64,
+    /// When the critical section ended (ns).
+    pub end: u64,
+    /// When the write was sent, if it was.
+    pub write_sent: Option<u64>,
+    /// When the write returned, if it did.
+    pub write_returned: Option<u64>,
+    /// How the write ended.
+    pub write: Write,
+}
+
+/// Two clients' holds at the same time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Overlap {
+    /// The holds (indexes into [`Verdict::holds`]), the earlier acquisition first.
+    pub holds: (usize, usize),
+    /// The time both held (ns).
+    pub from: u64,
+    /// Until when (ns).
+    pub to: u64,
+    /// At most one of the two writes was accepted.
+    pub fenced: bool,
+}
+
+/// A break in token order.
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenBreak {
+    /// The earlier acquisition (index into [`Verdict::holds`]).
+    pub earlier: usize,
+    /// The later one, whose token is not larger.
+    pub later: usize,
+}
+
+/// An accepted write that overwrote updates it had not read.
+#[derive(Debug, Clone, Serialize)]
+pub struct LostUpdate {
+    /// The overwriting hold (index into [`Verdict::holds`]).
+    pub hold: usize,
+    /// How many accepted updates it erased.
+    pub overwritten: u64,
+}
+
+/// Liveness after one fault healed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recovery {
+    /// When the fault healed (ns).
+    pub healed: u64,
+    /// How long until the next acquisition (ns), if there was one.
+    pub after: Option<u64>,
+    /// Within the bound; `None` when the run ended before the bound and before any
+    /// acquisition (not measured).
+    pub ok: Option<bool>,
+}
+
+/// The checker's findings.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// Every hold, in order of acquisition.
+    pub holds: Vec<Hold>,
+    /// (a) overlapping holds.
+    pub overlaps: Vec<Overlap>,
+    /// (b) stale writes accepted (indexes into `holds`).
+    pub stale_writes: Vec<usize>,
+    /// (c) breaks in token order.
+    pub token_breaks: Vec<TokenBreak>,
+    /// (d) lost updates, charged to the writes that overwrote them.
+    pub lost_updates: Vec<LostUpdate>,
+    /// Writes accepted, rejected.
+    pub writes: (usize, usize),
+    /// (e) acquires whose outcome is unknown.
+    pub unknown_acquires: usize,
+    /// (f) liveness after each fault healed.
+    pub recoveries: Vec<Recovery>,
+    /// The stated liveness bound (ns).
+    pub liveness_bound: u64,
+}
+
+impl Verdict {
+    /// Updates lost, in all.
+    pub fn updates_lost(&self) -> u64 {
+        self.lost_updates.iter().map(|l| l.overwritten).sum()
+    }
+
+    /// Overlaps where both writes were accepted.
+    pub fn unfenced_overlaps(&self) -> usize {
+        self.overlaps.iter().filter(|o| !o.fenced).count()
+    }
+
+    /// Every safety check passed.
+    pub fn safe(&self) -> bool {
+        self.unfenced_overlaps() == 0
+            && self.stale_writes.is_empty()
+            && self.token_breaks.is_empty()
+            && self.lost_updates.is_empty()
+    }
+
+    /// The lock was acquired again within the bound after every fault healed (unmeasured
+    /// recoveries do not count against it).
+    pub fn live(&self) -> bool {
+        self.recoveries.iter().all(|r| r.ok != Some(false))
+    }
+}
+
+/// Checks a run.
+pub fn check(events: &[Event], bounds: Bounds<'_>) -> Verdict {
+    let mut events = events.to_vec();
+    events.sort_by_key(|e| e.t);
+    let (holds, unknown_acquires) = holds(&events, bounds.end);
+    let accepted = holds
+        .iter()
+        .filter(|h| matches!(h.write, Write::Accepted { .. }))
+        .count();
+    let rejected = holds.iter().filter(|h| h.write == Write::Rejected).count();
+    Verdict {
+        overlaps: overlaps(&holds),
+        stale_writes: stale_writes(&holds),
+        token_breaks: token_breaks(&holds),
+        lost_updates: lost_updates(&holds),
+        writes: (accepted, rejected),
+        unknown_acquires,
+        recoveries: recoveries(&events, bounds),
+        liveness_bound: bounds.liveness_bound,
+        holds,
+    }
+}
+
+/// Builds the holds from the events, and counts the acquires with an unknown outcome.
+fn holds(events: &[Event], end: u64) -> (Vec<Hold>, usize) {
+    let mut b = Builder::default();
+    for e in events {
+        b.on(e);
+    }
+    for (_, mut h) in b.open {
+        h.end = end;
+        b.done.push(h);
+    }
+    b.done.sort_by_key(|h| (h.acquired, h.pid));
+    (b.done, b.unknown)
+}
+
+/// A hold's key: the process and its attempt.
+type Key = (u32, u64);
+
+/// The holds under construction while the events are read in time order.
+#[derive(Default)]
+struct Builder {
+    /// Acquire calls not yet returned, with their time.
+    calls: HashMap<Key, u64>,
+    open: BTreeMap<Key, Hold>,
+    done: Vec<Hold>,
+    unknown: usize,
+}
+
+impl Builder {
+    fn on(&mut self, e: &Event) {
+        match &e.kind {
+            Kind::AcquireCall { attempt } => {
+                self.calls.insert((e.pid, *attempt), e.t);
+            }
+            Kind::Acquired { attempt, token } => self.acquired(e, *attempt, *token),
+            Kind::NotAcquired { attempt, .. } => {
+                self.calls.remove(&(e.pid, *attempt));
+            }
+            Kind::AcquireUnknown { attempt, .. } => {
+                self.calls.remove(&(e.pid, *attempt));
+                self.unknown += 1;
+            }
+            Kind::WriteCall { attempt, .. } => {
+                if let Some(h) = self.open.get_mut(&(e.pid, *attempt)) {
+                    h.write_sent = Some(e.t);
+                }
+            }
+            Kind::WriteAccepted {
+                attempt,
+                value,
+                stale,
+                ..
+            } => {
+                let write = Write::Accepted {
+                    value: *value,
+                    stale: *stale,
+                };
+                self.written(e, *attempt, write);
+            }
+            Kind::WriteRejected { attempt, .. } => self.written(e, *attempt, Write::Rejected),
+            Kind::WriteFailed { attempt, .. } => self.written(e, *attempt, Write::Failed),
+            Kind::Released { attempt, .. } => self.close((e.pid, *attempt), e.t),
+            Kind::Killed | Kind::Exit => self.process_ended(e),
+            Kind::Start | Kind::Read { .. } | Kind::Lost { .. } => {}
+            Kind::Paused | Kind::Resumed => {}
+        }
+    }
+
+    fn acquired(&mut self, e: &Event, attempt: u64, token: u64) {
+        let called = self.calls.remove(&(e.pid, attempt)).unwrap_or(e.t);
+        let hold = Hold {
+            client: e.client,
+            pid: e.pid,
+            attempt,
+            token,
+            called,
+            acquired: e.t,
+            end: e.t,
+            write_sent: None,
+            write_returned: None,
+            write: Write::None,
+        };
+        self.open.insert((e.pid, attempt), hold);
+    }
+
+    /// The write returned: the critical section ends there.
+    fn written(&mut self, e: &Event, attempt: u64, write: Write) {
+        if let Some(h) = self.open.get_mut(&(e.pid, attempt)) {
+            h.write = write;
+            h.write_returned = Some(e.t);
+        }
+        self.close((e.pid, attempt), e.t);
+    }
+
+    fn close(&mut self, key: Key, t: u64) {
+        if let Some(mut h) = self.open.remove(&key) {
+            h.end = t;
+            self.done.push(h);
+        }
+    }
+
+    /// A process exited or was killed: its holds end, and an acquire it had not seen return
+    /// has an unknown outcome.
+    fn process_ended(&mut self, e: &Event) {
+        let keys: Vec<Key> = self.open.keys().filter(|k| k.0 == e.pid).copied().collect();
+        for key in keys {
+            self.close(key, e.t);
+        }
+        let before = self.calls.len();
+        self.calls.retain(|k, _| k.0 != e.pid);
+        self.unknown += before - self.calls.len();
+    }
+}
+
+fn accepted(h: &Hold) -> bool {
+    matches!(h.write, Write::Accepted { .. })
+}
+
+/// (a): holds sorted by acquisition; each is compared with the later ones that began before
+/// it ended.
+fn overlaps(holds: &[Hold]) -> Vec<Overlap> {
+    let mut found = Vec::new();
+    for (i, a) in holds.iter().enumerate() {
+        for (j, b) in holds.iter().enumerate().skip(i + 1) {
+            if b.acquired >= a.end {
+                continue;
+            }
+            if a.pid == b.pid || b.end <= a.acquired {
+                continue;
+            }
+            found.push(Overlap {
+                holds: (i, j),
+                from: b.acquired.max(a.acquired),
+                to: a.end.min(b.end),
+                fenced: !(accepted(a) && accepted(b)),
+            });
+        }
+    }
+    found
+}
+
+/// (b): the register's own word (without fencing), or a higher-token write that returned
+/// accepted before this one was sent.
+fn stale_writes(holds: &[Hold]) -> Vec<usize> {
+    let taken: Vec<(u64, u64)> = holds
+        .iter()
+        .filter(|h| accepted(h))
+        .filter_map(|h| Some((h.write_returned?, h.token)))
+        .collect();
+    holds
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| match h.write {
+            Write::Accepted { stale: true, .. } => true,
+            Write::Accepted { stale: false, .. } => {
+                let sent = h.write_sent.unwrap_or(h.acquired);
+                taken
+                    .iter()
+                    .any(|&(at, token)| at < sent && token > h.token)
+            }
+            _ => false,
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// (c): `later` called `acquire` after `earlier`'s returned, so its token must be larger.
+fn token_breaks(holds: &[Hold]) -> Vec<TokenBreak> {
+    let mut found = Vec::new();
+    for (i, a) in holds.iter().enumerate() {
+        for (j, b) in holds.iter().enumerate() {
+            if i != j && a.acquired < b.called && b.token <= a.token {
+                found.push(TokenBreak {
+                    earlier: i,
+                    later: j,
+                });
+            }
+        }
+    }
+    found
+}
+
+/// (d): the accepted writes in the order they returned (the register's order, but for
+/// writes in flight at once); each must have read the value the previous one stored.
+fn lost_updates(holds: &[Hold]) -> Vec<LostUpdate> {
+    let mut order: Vec<usize> = (0..holds.len()).filter(|&i| accepted(&holds[i])).collect();
+    order.sort_by_key(|&i| holds[i].write_returned);
+    let mut current = 0;
+    let mut lost = Vec::new();
+    for i in order {
+        if let Write::Accepted { value, .. } = holds[i].write {
+            let read = value.saturating_sub(1);
+            if read != current {
+                lost.push(LostUpdate {
+                    hold: i,
+                    overwritten: current.abs_diff(read).max(1),
+                });
+            }
+            current = value;
+        }
+    }
+    lost
+}
+
+/// (f): the first acquisition after each heal.
+fn recoveries(events: &[Event], bounds: Bounds<'_>) -> Vec<Recovery> {
+    bounds
+        .heals
+        .iter()
+        .map(|&healed| {
+            let next = events
+                .iter()
+                .find(|e| e.t >= healed && matches!(e.kind, Kind::Acquired { .. }));
+            let after = next.map(|e| e.t - healed);
+            let ok = match after {
+                Some(a) => Some(a <= bounds.liveness_bound),
+                None if bounds.end.saturating_sub(healed) < bounds.liveness_bound => None,
+                None => Some(false),
+            };
+            Recovery { healed, after, ok }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,243 @@
+//! `fencelock verify`: K client processes contend for one lock and update a fenced register
+//! while faults come on a seeded schedule; every event is recorded on the shared monotonic
+//! clock, a checker reads the history, and a report shows it. A negative control (the same
+//! schedule without fencing) runs after the run, so the report can show what fencing
+//! prevented.
+//!
+//! - `args`: flags, backends, faults.
+//! - `servers`: throwaway servers through the test kit (or the user's `--url`).
+//! - `clients`: the hidden `verify-client` processes and the fleet that drives them.
+//! - `faults`: which faults run or are skipped, their seeded schedule, and running them.
+//! - `events`: the events and the shared clock; `check`: the checker (pure).
+//! - `run`: one run; `report`: JSON and HTML; `progress`: the live line.
+
+mod args;
+mod check;
+mod clients;
+mod events;
+mod faults;
+mod progress;
+mod report;
+mod rng;
+mod run;
+mod servers;
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+pub use args::VerifyArgs;
+pub use clients::{client, ClientArgs};
+
+use crate::exit;
+use crate::procs::Started;
+use crate::ui::Ui;
+use args::{Backend, Fault};
+use progress::Progress;
+use report::Report;
+use run::{RunReport, RunSpec};
+
+/// A safety check failed (or the run could not be carried out).
+const VIOLATIONS: u8 = 1;
+
+/// Runs `fencelock verify`. Exit status 0 only when every safety check of the run passed.
+pub async fn verify(args: VerifyArgs) -> u8 {
+    let faults =
+        match args::validate(&args).and_then(|()| args::parse_faults(&args.faults, args.backend)) {
+            Ok(faults) => faults,
+            Err(e) => {
+                eprintln!("fencelock verify: {e}");
+                return exit::USAGE;
+            }
+        };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("fencelock verify: cannot find my own executable: {e}");
+            return exit::CANNOT_EXECUTE;
+        }
+    };
+    let (runnable, skipped) = faults::plan(&faults, args.backend, !args.url.is_empty());
+    let started = Started::default();
+    let outcome = tokio::select! {
+        r = verify_with(&args, exe, runnable, skipped, &started) => r,
+        _ = tokio::signal::ctrl_c() => Err((VIOLATIONS, "interrupted".to_owned())),
+    };
+    started.kill_all();
+    match outcome {
+        Ok(code) => code,
+        Err((code, e)) => {
+            eprintln!("fencelock verify: {e}");
+            code
+        }
+    }
+}
+
+/// The stated liveness bound: three leases (the holder's lease running out after a fault,
+/// and a waiter's wake-up), plus room for a ZooKeeper election and a busy machine.
+fn liveness_bound(lease: Duration, backend: Backend) -> Duration {
+    let room = match backend {
+        Backend::Zookeeper | Backend::Etcd => Duration::from_secs(10),
+        _ => Duration::from_secs(5),
+    };
+    lease * 3 + room
+}
+
+async fn verify_with(
+    args: &VerifyArgs,
+    exe: std::path::PathBuf,
+    faults: Vec<Fault>,
+    skipped: Vec<faults::Skipped>,
+    started: &Started,
+) -> Result<u8, (u8, String)> {
+    let mut progress = Progress::new(Ui {
+        tty: std::io::stdout().is_terminal(),
+    });
+    for s in &skipped {
+        progress.line(&format!(
+            "fencelock verify: skipped {}: {}",
+            s.fault, s.reason
+        ));
+    }
+    let mut deployment = start_servers(args, &faults, &progress).await?;
+    let lease = args.lease.unwrap_or(args.backend.default_lease());
+    let bound = liveness_bound(lease, args.backend);
+    let needed = faults::min_duration(&faults, lease);
+    let duration = args.duration.max(needed);
+    if duration > args.duration {
+        progress.line(&format!(
+            "fencelock verify: --duration raised to {} s to fit the faults and the recovery \
+             after them",
+            duration.as_secs()
+        ));
+    }
+    let schedule = faults::schedule(&faults, duration, args.seed);
+    std::fs::create_dir_all(&args.report).map_err(|e| {
+        (
+            exit::CANNOT_EXECUTE,
+            format!("{}: {e}", args.report.display()),
+        )
+    })?;
+    progress.line(&format!(
+        "fencelock verify: {} · {} clients · lease {} ms · {} faults · seed {}",
+        deployment.description,
+        args.clients,
+        lease.as_millis(),
+        schedule.len(),
+        args.seed
+    ));
+    let template = RunSpec {
+        name: "run",
+        fencing: !args.no_fencing,
+        lease,
+        duration,
+        clients: args.clients.into(),
+        seed: args.seed,
+        dir: args.report.clone(),
+        exe,
+        schedule: &schedule,
+        liveness_bound: bound,
+        password: args.password.clone(),
+    };
+    let control = !args.no_control && !args.no_fencing;
+    let runs = run_all(template, control, &mut deployment, started, &mut progress).await?;
+    let report = Report {
+        command: command_line(),
+        backend: args.backend,
+        deployment: deployment.description.clone(),
+        seed: args.seed,
+        clients: args.clients.into(),
+        lease_ms: lease.as_millis() as u64,
+        liveness_bound_ms: bound.as_millis() as u64,
+        schedule,
+        skipped,
+        runs,
+    };
+    report::write(&args.report, &report)
+        .map_err(|e| (VIOLATIONS, format!("cannot write the report: {e}")))?;
+    Ok(conclude(&report, &args.report, &progress))
+}
+
+/// The run, then its negative control (the same schedule without fencing) if asked.
+async fn run_all(
+    template: RunSpec<'_>,
+    control: bool,
+    deployment: &mut servers::Deployment,
+    started: &Started,
+    progress: &mut Progress,
+) -> Result<Vec<RunReport>, (u8, String)> {
+    let mut kinds = vec![("run", template.fencing)];
+    if control {
+        kinds.push(("control", false));
+    }
+    let mut runs = Vec::new();
+    for (name, fencing) in kinds {
+        let spec = RunSpec {
+            name,
+            fencing,
+            dir: template.dir.join(name),
+            ..template.clone()
+        };
+        let done = run::run(spec, deployment, started, progress)
+            .await
+            .map_err(|e| (VIOLATIONS, e))?;
+        progress.line(&format!(
+            "fencelock verify: {}",
+            report::verdict_line(&done)
+        ));
+        runs.push(done);
+    }
+    Ok(runs)
+}
+
+/// Starts the deployment (or only the register's Redis, with --url).
+async fn start_servers(
+    args: &VerifyArgs,
+    faults: &[Fault],
+    progress: &Progress,
+) -> Result<servers::Deployment, (u8, String)> {
+    progress.line(if args.url.is_empty() {
+        "fencelock verify: starting the servers"
+    } else {
+        "fencelock verify: starting the register's Redis (the lock is on --url)"
+    });
+    let (backend, urls, asked) = (args.backend, args.url.clone(), faults.to_vec());
+    let deployment = tokio::task::spawn_blocking(move || servers::start(backend, &asked, &urls))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+        .map_err(|e| (exit::CONNECTION, e))?;
+    Ok(deployment)
+}
+
+/// Prints the verdict and the report's place; the exit status.
+fn conclude(report: &Report, dir: &std::path::Path, progress: &Progress) -> u8 {
+    let run = &report.runs[0];
+    if let Some(control) = report.runs.get(1) {
+        if control.verdict.safe() {
+            progress.line(
+                "fencelock verify: note: the negative control showed no violation: the faults \
+                 did not put a stale writer in front of the register this time",
+            );
+        }
+    }
+    let verdict = if run.verdict.safe() {
+        "every safety check passed"
+    } else {
+        "SAFETY VIOLATIONS found"
+    };
+    progress.line(&format!(
+        "fencelock verify: {verdict}; report: {}",
+        dir.join("report.html").display()
+    ));
+    if run.verdict.safe() {
+        0
+    } else {
+        VIOLATIONS
+    }
+}
+
+/// The command line, for the report (the password is never on it).
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!("fencelock {}", args.join(" "))
+}

@@ -1,0 +1,260 @@
+//! The report: `report.json` with every event, and `report.html`, self-contained (inline
+//! CSS and SVG, no external resources), with the run and its negative control side by side.
+
+mod svg;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::args::Backend;
+use super::faults::{Planned, Skipped};
+use super::run::RunReport;
+
+/// Everything a verify produced.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The command line that produced it.
+    pub command: String,
+    /// The backend.
+    pub backend: Backend,
+    /// What the servers were.
+    pub deployment: String,
+    /// The seed.
+    pub seed: u64,
+    /// Client processes.
+    pub clients: usize,
+    /// The lease (ms).
+    pub lease_ms: u64,
+    /// The liveness bound (ms).
+    pub liveness_bound_ms: u64,
+    /// The fault schedule (the same for every run).
+    pub schedule: Vec<Planned>,
+    /// Faults asked for that could not run, with the reason.
+    pub skipped: Vec<Skipped>,
+    /// The run, then its negative control.
+    pub runs: Vec<RunReport>,
+}
+
+/// Writes `report.json` and `report.html` into `dir`.
+pub fn write(dir: &Path, report: &Report) -> std::io::Result<()> {
+    let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("report.json"), json)?;
+    std::fs::write(dir.join("report.html"), html(report))
+}
+
+/// Escapes text for HTML and SVG.
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The verdict of one run in one line.
+pub fn verdict_line(run: &RunReport) -> String {
+    let v = &run.verdict;
+    let safety = if v.safe() { "SAFE" } else { "VIOLATIONS" };
+    let liveness = if v.live() {
+        "live"
+    } else {
+        "NOT LIVE within the bound"
+    };
+    format!(
+        "{}{}: {safety}, {liveness}: {} holds, {} overlapping pairs ({} unfenced), {} stale \
+         writes accepted, {} token-order breaks, {} lost updates, {} acquires of unknown outcome, \
+         writes {} taken / {} refused; faults {}/{} happened",
+        run.name,
+        if run.fencing { "" } else { " (no fencing)" },
+        v.holds.len(),
+        v.overlaps.len(),
+        v.unfenced_overlaps(),
+        v.stale_writes.len(),
+        v.token_breaks.len(),
+        v.updates_lost(),
+        v.unknown_acquires,
+        v.writes.0,
+        v.writes.1,
+        run.injected.iter().filter(|i| i.happened).count(),
+        run.injected.len()
+    )
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px;color:#1c2430;max-width:1200px}\
+h1{font-size:22px}h2{font-size:18px;margin-top:28px}\
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #d5d9df;padding:4px 10px;text-align:left;font-size:14px}\
+th{background:#f0f2f5}.bad{color:#c62828;font-weight:600}.good{color:#2e7d32;font-weight:600}\
+.verdict{font-size:16px;padding:10px 14px;border-radius:6px;margin:6px 0}\
+.verdict.good{background:#e8f5e9}.verdict.bad{background:#ffebee}\
+code{background:#f0f2f5;padding:1px 4px;border-radius:3px}\
+svg .tick{font-size:10px;fill:#607080;text-anchor:middle}svg .lane-label{font-size:12px;fill:#37474f}\
+svg .token{font-size:10px;fill:#fff;font-family:monospace}svg .fault-label{font-size:11px;font-weight:600}\
+svg .kill-mark{font-size:12px;fill:#d32f2f;font-weight:700}\
+svg .violation{stroke:#d50000;stroke-width:2.5}\
+svg .overlap-fenced{stroke:#ef6c00;stroke-width:1.5;stroke-dasharray:4 3}\
+.legend span{display:inline-block;margin-right:14px;font-size:13px}\
+.sw{display:inline-block;width:14px;height:10px;margin-right:4px;vertical-align:middle}";
+
+/// The HTML report.
+pub fn html(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"/><title>fencelock \
+         verify: {}</title><style>{STYLE}</style></head><body><h1>fencelock verify: {}</h1>\
+         <p>{} · seed {} · {} clients · lease {} ms · liveness bound {} ms</p>\
+         <p><code>{}</code></p>",
+        escape(&format!("{:?}", report.backend)),
+        escape(&report.deployment),
+        escape(&format!("{:?}", report.backend)),
+        report.seed,
+        report.clients,
+        report.lease_ms,
+        report.liveness_bound_ms,
+        escape(&report.command)
+    );
+    for run in &report.runs {
+        let class = if run.verdict.safe() { "good" } else { "bad" };
+        let _ = write!(
+            out,
+            "<div class=\"verdict {class}\">{}</div>",
+            escape(&verdict_line(run))
+        );
+    }
+    summary(&mut out, report);
+    faults(&mut out, report);
+    out.push_str(LEGEND);
+    for run in &report.runs {
+        let _ = write!(
+            out,
+            "<h2>Timeline: {}{}</h2>{}",
+            escape(&run.name),
+            if run.fencing {
+                " (fenced)"
+            } else {
+                " (no fencing)"
+            },
+            svg::timeline(run, report.clients)
+        );
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+const LEGEND: &str = "<p class=\"legend\">\
+<span><i class=\"sw\" style=\"background:#b0bec5\"></i>waiting</span>\
+<span><i class=\"sw\" style=\"background:#2e7d32\"></i>holding, write accepted (token inside)</span>\
+<span><i class=\"sw\" style=\"background:#ef8f00\"></i>holding, write rejected as stale</span>\
+<span><i class=\"sw\" style=\"background:#c62828\"></i>stale write accepted</span>\
+<span><i class=\"sw\" style=\"background:#b39ddb\"></i>paused (SIGSTOP)</span>\
+<span><i class=\"sw\" style=\"background:#212121\"></i>killed</span>\
+<span><i class=\"sw\" style=\"background:#ff6f00\"></i>lost() fired</span>\
+<span><i class=\"sw\" style=\"border:2px solid #d50000\"></i>violation</span>\
+<span><i class=\"sw\" style=\"border:2px dashed #ef6c00\"></i>overlap fenced off</span>\
+<span><i class=\"sw\" style=\"background:#d32f2f;opacity:.3\"></i>fault</span></p>";
+
+/// The checks, one row each, one column per run: the run and its control side by side.
+fn summary(out: &mut String, report: &Report) {
+    out.push_str("<h2>Checks</h2><table><tr><th>check</th>");
+    for run in &report.runs {
+        let fencing = if run.fencing { "fenced" } else { "no fencing" };
+        let _ = write!(out, "<th>{} ({fencing})</th>", escape(&run.name));
+    }
+    out.push_str("</tr>");
+    type Row = (&'static str, fn(&RunReport) -> (String, bool));
+    let rows: [Row; 8] = [
+        ("holds", |r| (r.verdict.holds.len().to_string(), true)),
+        ("(a) overlapping pairs of holds (unfenced)", |r| {
+            let v = &r.verdict;
+            let n = v.unfenced_overlaps();
+            (format!("{} ({n})", v.overlaps.len()), n == 0)
+        }),
+        ("(b) stale writes accepted", |r| {
+            let n = r.verdict.stale_writes.len();
+            (n.to_string(), n == 0)
+        }),
+        ("(c) token-order breaks", |r| {
+            let n = r.verdict.token_breaks.len();
+            (n.to_string(), n == 0)
+        }),
+        ("(d) lost updates", |r| {
+            let n = r.verdict.updates_lost();
+            (n.to_string(), n == 0)
+        }),
+        ("(e) acquires of unknown outcome", |r| {
+            (r.verdict.unknown_acquires.to_string(), true)
+        }),
+        ("(f) lock acquired again after each fault", |r| {
+            let v = &r.verdict;
+            let ok = v.recoveries.iter().filter(|x| x.ok == Some(true)).count();
+            let unmeasured = v.recoveries.iter().filter(|x| x.ok.is_none()).count();
+            (
+                format!("{ok}/{} ({unmeasured} not measured)", v.recoveries.len()),
+                v.live(),
+            )
+        }),
+        ("writes taken / refused", |r| {
+            (
+                format!("{} / {}", r.verdict.writes.0, r.verdict.writes.1),
+                true,
+            )
+        }),
+    ];
+    for (name, cell) in rows {
+        let _ = write!(out, "<tr><td>{name}</td>");
+        for run in &report.runs {
+            let (text, good) = cell(run);
+            let class = if good { "good" } else { "bad" };
+            let _ = write!(out, "<td class=\"{class}\">{}</td>", escape(&text));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+}
+
+/// The faults: what happened in each run with its evidence, and what was skipped.
+fn faults(out: &mut String, report: &Report) {
+    out.push_str("<h2>Faults</h2><table><tr><th>run</th><th>fault</th><th>at</th><th>target</th><th>happened</th><th>evidence</th></tr>");
+    for run in &report.runs {
+        for f in &run.injected {
+            let at = f.start.saturating_sub(run.span.0) as f64 / 1e9;
+            let (class, yes) = if f.happened {
+                ("good", "yes")
+            } else {
+                ("bad", "no")
+            };
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{at:.2} s</td><td>{}</td><td class=\"{class}\">{yes}</td><td>{}</td></tr>",
+                escape(&run.name),
+                escape(&f.fault.name()),
+                escape(&f.target),
+                escape(&f.evidence)
+            );
+        }
+    }
+    out.push_str("</table>");
+    for run in &report.runs {
+        if let Some(state) = &run.servers_after {
+            let _ = write!(
+                out,
+                "<p>After the {}: {}.</p>",
+                escape(&run.name),
+                escape(state)
+            );
+        }
+    }
+    if !report.skipped.is_empty() {
+        out.push_str("<p>Skipped:</p><table><tr><th>fault</th><th>reason</th></tr>");
+        for s in &report.skipped {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td></tr>",
+                escape(&s.fault),
+                escape(&s.reason)
+            );
+        }
+        out.push_str("</table>");
+    }
+}

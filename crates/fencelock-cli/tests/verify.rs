@@ -1,0 +1,204 @@
+//! `fencelock verify` end to end: short seeded runs on throwaway servers, their verdicts, the
+//! negative control, and the HTML report. (nextest's `topology` group runs them one at a
+//! time: each starts several client processes.)
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::process::Command;
+
+const USAGE: i32 = 64;
+
+async fn verify(args: &[&str], report: &Path) -> Output {
+    let run = Command::new(env!("CARGO_BIN_EXE_fencelock"))
+        .arg("verify")
+        .args(args)
+        .arg("--report")
+        .arg(report)
+        .env_remove("FENCELOCK_PASSWORD")
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(90), run)
+        .await
+        .expect("verify finished within 90 s")
+        .expect("verify ran")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn report(dir: &Path) -> Value {
+    let json = std::fs::read_to_string(dir.join("report.json")).expect("report.json");
+    serde_json::from_str(&json).expect("report.json parses")
+}
+
+fn count(run: &Value, field: &str) -> usize {
+    run["verdict"][field].as_array().map_or(0, Vec::len)
+}
+
+/// Every fault of the run happened, and every safety check passed.
+fn assert_clean(out: &Output, dir: &Path) {
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let report = report(dir);
+    let run = &report["runs"][0];
+    for fault in run["injected"].as_array().unwrap() {
+        assert_eq!(fault["happened"], true, "{fault}");
+    }
+    assert_eq!(run["injected"].as_array().unwrap().len(), 2);
+    for check in ["stale_writes", "token_breaks", "lost_updates"] {
+        assert_eq!(count(run, check), 0, "{check}: {}", text(out));
+    }
+    let unfenced = run["verdict"]["overlaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["fenced"] == false)
+        .count();
+    assert_eq!(unfenced, 0);
+    assert!(count(run, "holds") >= 10, "{}", text(out));
+    assert!(text(out).contains("every safety check passed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_one_redis_with_pause_and_kill_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--backend", "redis", "--faults", "pause,kill"];
+    let out = verify(
+        &[
+            &args[..],
+            &["--seed", "7", "--duration", "12s", "--no-control"],
+        ]
+        .concat(),
+        dir.path(),
+    )
+    .await;
+    assert_clean(&out, dir.path());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_redlock_over_three_servers_with_pause_and_kill_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--backend", "redlock", "--faults", "pause,kill"];
+    let out = verify(
+        &[
+            &args[..],
+            &["--seed", "11", "--duration", "12s", "--no-control"],
+        ]
+        .concat(),
+        dir.path(),
+    )
+    .await;
+    assert_clean(&out, dir.path());
+    let report = report(dir.path());
+    assert!(report["deployment"].as_str().unwrap().contains("RedLock"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_etcd_with_pause_and_kill_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--backend", "etcd", "--faults", "pause,kill"];
+    let out = verify(
+        &[
+            &args[..],
+            &["--seed", "5", "--duration", "12s", "--no-control"],
+        ]
+        .concat(),
+        dir.path(),
+    )
+    .await;
+    assert_clean(&out, dir.path());
+    let report = report(dir.path());
+    assert!(report["deployment"].as_str().unwrap().contains("etcd"));
+}
+
+/// Without fencing, the client paused past its lease writes over the later holders' writes:
+/// the checker must see it, and the exit status must say so. The HTML report of that run
+/// is parsed: well-formed, self-contained, one lane per client, the violations marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_negative_control_shows_violations_and_the_report_shows_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--faults",
+        "pause,partition",
+        "--no-fencing",
+        "--clients",
+        "4",
+    ];
+    let out = verify(
+        &[&args[..], &["--seed", "3", "--duration", "12s"]].concat(),
+        dir.path(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report = report(dir.path());
+    let run = &report["runs"][0];
+    assert_eq!(run["fencing"], false);
+    assert!(count(run, "stale_writes") >= 1, "{}", text(&out));
+    assert!(count(run, "lost_updates") >= 1, "{}", text(&out));
+    assert_eq!(report["skipped"][0]["fault"], "partition");
+    assert!(text(&out).contains("SAFETY VIOLATIONS"));
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    check_html(&html, 4);
+}
+
+/// A small well-formedness check: every tag closed in order, attributes quoted, nothing
+/// loaded from elsewhere.
+fn check_html(html: &str, clients: usize) {
+    let mut stack: Vec<String> = Vec::new();
+    let mut rest = html;
+    while let Some(open) = rest.find('<') {
+        let close = rest[open..].find('>').expect("tag closed") + open;
+        let tag = &rest[open + 1..close];
+        rest = &rest[close + 1..];
+        if tag.starts_with('!') {
+            continue;
+        }
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(
+                stack.pop().as_deref(),
+                Some(name.trim()),
+                "closing </{name}>"
+            );
+            continue;
+        }
+        let name: String = tag
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect();
+        assert!(!name.is_empty(), "tag <{tag}>");
+        assert_eq!(tag.matches('"').count() % 2, 0, "quotes in <{tag}>");
+        if !tag.ends_with('/') {
+            stack.push(name);
+        }
+    }
+    assert!(stack.is_empty(), "unclosed: {stack:?}");
+    assert!(!html.contains(" src=") && !html.contains("href=") && !html.contains("@import"));
+    let svgs = html.matches("<svg ").count();
+    assert_eq!(svgs, 1, "one timeline for the one run");
+    assert_eq!(html.matches("class=\"lane\"").count(), clients);
+    assert!(html.contains("class=\"violation\""));
+    assert!(html.contains("class=\"paused\""));
+}
+
+#[tokio::test]
+async fn bad_flags_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = verify(&["--faults", "pause,fire"], dir.path()).await;
+    assert_eq!(out.status.code(), Some(USAGE), "{}", text(&out));
+    assert!(
+        text(&out).contains("unknown fault \"fire\""),
+        "{}",
+        text(&out)
+    );
+    let out = verify(&["--duration", "1s"], dir.path()).await;
+    assert_eq!(out.status.code(), Some(USAGE));
+    let out = verify(&["--clients", "0"], dir.path()).await;
+    assert_eq!(out.status.code(), Some(USAGE));
+}
