@@ -49,7 +49,14 @@ fn args() -> Args {
             "--rounds" => a.rounds = it.next().and_then(|s| s.parse().ok()).expect("--rounds N"),
             "--json" => a.json = it.next().expect("--json PATH"),
             "--markdown" => a.markdown = it.next(),
-            "--only" => a.only = it.next().expect("--only A,B").split(',').map(Into::into).collect(),
+            "--only" => {
+                a.only = it
+                    .next()
+                    .expect("--only A,B")
+                    .split(',')
+                    .map(Into::into)
+                    .collect()
+            }
             "--callgrind" => a.callgrind = true,
             other => panic!("unknown argument {other}"),
         }
@@ -66,7 +73,9 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start().expect("redis-server")).collect();
+    let servers: Vec<RedisServer> = (0..5)
+        .map(|_| RedisServer::start().expect("redis-server"))
+        .collect();
     let mut report = Map::new();
     report.insert("secs_per_run".into(), json!(args.secs));
     report.insert("rounds".into(), json!(args.rounds));
@@ -94,7 +103,9 @@ fn main() {
             let (url, urls) = (url.clone(), urls.clone());
             runtime.block_on(async move {
                 match name {
-                    "uncontended" => scenarios::uncontended(variant, &[url], "bench:solo", args.secs).await,
+                    "uncontended" => {
+                        scenarios::uncontended(variant, &[url], "bench:solo", args.secs).await
+                    }
                     "distinct" => scenarios::distinct(variant, &url, 64, args.secs).await,
                     "contended" => scenarios::contended(variant, &url, 8, args.secs).await,
                     _ => scenarios::uncontended(variant, &urls, "bench:redlock", args.secs).await,
@@ -107,7 +118,11 @@ fn main() {
         report.insert("callgrind".into(), profile::measure(one));
     }
     let report = Value::Object(report);
-    std::fs::write(&args.json, serde_json::to_string_pretty(&report).expect("json")).expect("write JSON");
+    std::fs::write(
+        &args.json,
+        serde_json::to_string_pretty(&report).expect("json"),
+    )
+    .expect("write JSON");
     eprintln!("wrote {}", args.json);
     if let Some(path) = &args.markdown {
         std::fs::write(path, markdown::render(&report)).expect("write markdown");
@@ -142,7 +157,10 @@ fn rounds(args: &Args, on: &[&RedisServer], run: impl Fn(Variant) -> Measured) -
     }
     let mut out = Map::new();
     for (variant, runs) in all {
-        out.insert(variant.into(), json!({"median": median(&runs), "runs": runs}));
+        out.insert(
+            variant.into(),
+            json!({"median": median(&runs), "runs": runs}),
+        );
     }
     Value::Object(out)
 }

@@ -23,7 +23,9 @@ fn ratio(r: &Value, variant: Variant, key: &str, higher_is_better: bool) -> f64 
 }
 
 fn med(r: &Value, variant: Variant, key: &str) -> f64 {
-    r[variant.name()]["median"][key].as_f64().unwrap_or(f64::NAN)
+    r[variant.name()]["median"][key]
+        .as_f64()
+        .unwrap_or(f64::NAN)
 }
 
 /// The per-command breakdown of a variant's first run, e.g. "evalsha 2, get 1, …".
@@ -61,9 +63,11 @@ fn throughput(md: &mut String, r: &Value, title: &str, note: &str) {
 
 fn contended(md: &mut String, r: &Value) {
     md.push_str("## 8 clients on one key, one worker each, 1 ms holds\n\n");
-    md.push_str("Handoff gap: from the holder sending its release to the next holder's acquire returning. \
+    md.push_str(
+        "Handoff gap: from the holder sending its release to the next holder's acquire returning. \
                  rslock polls every 0–2 ms (`set_retry(3, 2 ms)`; its default is 200 ms). \
-                 Fairness: most / fewest acquisitions of one client. Overlaps must be 0.\n\n");
+                 Fairness: most / fewest acquisitions of one client. Overlaps must be 0.\n\n",
+    );
     md.push_str("| library | acquisitions/s | handoff gap p50 / p99 (µs) | **gap p50, rslock / this** | wait p99 (µs) | fairness (max/min) | server commands / acquisition | overlaps |\n|---|---|---|---|---|---|---|---|\n");
     for v in Variant::ALL {
         let _ = writeln!(
@@ -96,8 +100,12 @@ fn callgrind(md: &mut String, r: &Value) {
             md,
             "| {} | {:.0} | {:.1} |",
             v.name(),
-            r[v.name()]["instructions_per_pair"].as_f64().unwrap_or(f64::NAN),
-            r[v.name()]["allocations_per_pair"].as_f64().unwrap_or(f64::NAN),
+            r[v.name()]["instructions_per_pair"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
+            r[v.name()]["allocations_per_pair"]
+                .as_f64()
+                .unwrap_or(f64::NAN),
         );
     }
     md.push('\n');
@@ -125,14 +133,29 @@ pub fn render(r: &Value) -> String {
     );
     if r["uncontended"].is_object() {
         let u = &r["uncontended"];
-        throughput(&mut md, u, "Uncontended acquire + release, one task, one client", "");
+        throughput(
+            &mut md,
+            u,
+            "Uncontended acquire + release, one task, one client",
+            "",
+        );
         for v in [Variant::Fixed, Variant::Watchdog, Variant::Rslock] {
-            let _ = writeln!(md, "- {} / ceiling: **{:.2}**", v.name(), med(u, v, "pairs_per_sec") / ceiling);
+            let _ = writeln!(
+                md,
+                "- {} / ceiling: **{:.2}**",
+                v.name(),
+                med(u, v, "pairs_per_sec") / ceiling
+            );
         }
         md.push('\n');
     }
     if r["distinct"].is_object() {
-        throughput(&mut md, &r["distinct"], "64 tasks on distinct keys, one client", "");
+        throughput(
+            &mut md,
+            &r["distinct"],
+            "64 tasks on distinct keys, one client",
+            "",
+        );
     }
     if r["contended"].is_object() {
         contended(&mut md, &r["contended"]);

@@ -124,7 +124,11 @@ pub async fn contended(variant: Variant, url: &str, clients: usize, secs: f64) -
                     }
                     record.waits.lock().unwrap().push(got - asked);
                     if let Some(r) = *record.last_release.lock().unwrap() {
-                        record.gaps.lock().unwrap().push(got.saturating_duration_since(r));
+                        record
+                            .gaps
+                            .lock()
+                            .unwrap()
+                            .push(got.saturating_duration_since(r));
                     }
                     let until = Instant::now() + hold;
                     while Instant::now() < until {

@@ -7,7 +7,14 @@ use std::process::Command;
 use fencelock_testkit::RedisServer;
 
 /// Commands the measurement itself sends, left out of the counts.
-const OURS: [&str; 6] = ["info", "config|get", "client|setinfo", "hello", "flushall", "ping"];
+const OURS: [&str; 6] = [
+    "info",
+    "config|get",
+    "client|setinfo",
+    "hello",
+    "flushall",
+    "ping",
+];
 
 /// Calls per command, as `INFO commandstats` counts them (a script's calls included).
 pub type Counts = BTreeMap<String, u64>;
@@ -22,7 +29,12 @@ pub fn counts(server: &RedisServer) -> Counts {
     info.lines()
         .filter_map(|l| {
             let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
             Some((name.to_owned(), calls))
         })
         .filter(|(name, _)| !OURS.contains(&name.as_str()))
