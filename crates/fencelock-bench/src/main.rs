@@ -142,7 +142,9 @@ fn rounds(args: &Args, on: &[&RedisServer], run: impl Fn(Variant) -> Measured) -
                 s.command(&["FLUSHALL"]).expect("FLUSHALL");
             }
             let before: Vec<_> = on.iter().map(|s| server::counts(s)).collect();
+            let cpu_before: f64 = on.iter().map(|s| server::cpu_us(s)).sum();
             let measured = run(variant);
+            let cpu: f64 = on.iter().map(|s| server::cpu_us(s)).sum::<f64>() - cpu_before;
             let mut commands = BTreeMap::new();
             for (s, before) in on.iter().zip(&before) {
                 for (name, n) in server::per(before, &server::counts(s), measured.count) {
@@ -152,6 +154,7 @@ fn rounds(args: &Args, on: &[&RedisServer], run: impl Fn(Variant) -> Measured) -
             let mut value = measured.value;
             value["server_commands_per_op"] = json!(server::total(&commands));
             value["server_commands"] = json!(commands);
+            value["server_cpu_us_per_op"] = json!(cpu / measured.count.max(1) as f64);
             all.entry(variant.name()).or_default().push(value);
         }
     }

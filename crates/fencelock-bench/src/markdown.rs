@@ -42,7 +42,7 @@ fn breakdown(r: &Value, variant: Variant) -> String {
 /// A throughput table: pairs/s, p50 (if measured), ratio to rslock, commands per pair.
 fn throughput(md: &mut String, r: &Value, title: &str, note: &str) {
     let _ = writeln!(md, "## {title}\n\n{note}\n");
-    md.push_str("| library | pairs/s | pair p50 (µs) | **ratio to rslock** (median of rounds) | server commands / pair |\n|---|---|---|---|---|\n");
+    md.push_str("| library | pairs/s | pair p50 (µs) | **ratio to rslock** (median of rounds) | server CPU / pair (µs) | server commands / pair |\n|---|---|---|---|---|---|\n");
     for v in Variant::ALL {
         let ratio = match v {
             Variant::Rslock => "1".to_owned(),
@@ -50,10 +50,11 @@ fn throughput(md: &mut String, r: &Value, title: &str, note: &str) {
         };
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {:.0} | {ratio} | {:.2} ({}) |",
+            "| {} | {:.0} | {:.0} | {ratio} | {:.1} | {:.2} ({}) |",
             v.name(),
             med(r, v, "pairs_per_sec"),
             med(r, v, "pair_p50_us"),
+            med(r, v, "server_cpu_us_per_op"),
             med(r, v, "server_commands_per_op"),
             breakdown(r, v)
         );
@@ -68,11 +69,11 @@ fn contended(md: &mut String, r: &Value) {
                  rslock polls every 0–2 ms (`set_retry(3, 2 ms)`; its default is 200 ms). \
                  Fairness: most / fewest acquisitions of one client. Overlaps must be 0.\n\n",
     );
-    md.push_str("| library | acquisitions/s | handoff gap p50 / p99 (µs) | **gap p50, rslock / this** | wait p99 (µs) | fairness (max/min) | server commands / acquisition | overlaps |\n|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| library | acquisitions/s | handoff gap p50 / p99 (µs) | **gap p50, rslock / this** | wait p99 (µs) | fairness (max/min) | server CPU / acquisition (µs) | server commands / acquisition | overlaps |\n|---|---|---|---|---|---|---|---|---|\n");
     for v in Variant::ALL {
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {:.0} / {:.0} | {:.2} | {:.0} | {:.2} | {:.2} ({}) | {} |",
+            "| {} | {:.0} | {:.0} / {:.0} | {:.2} | {:.0} | {:.2} | {:.1} | {:.2} ({}) | {} |",
             v.name(),
             med(r, v, "acquisitions_per_sec"),
             med(r, v, "handoff_gap_p50_us"),
@@ -80,6 +81,7 @@ fn contended(md: &mut String, r: &Value) {
             ratio(r, v, "handoff_gap_p50_us", false),
             med(r, v, "wait_p99_us"),
             med(r, v, "fairness_max_over_min"),
+            med(r, v, "server_cpu_us_per_op"),
             med(r, v, "server_commands_per_op"),
             breakdown(r, v),
             med(r, v, "overlaps"),
@@ -122,7 +124,8 @@ pub fn render(r: &Value) -> String {
                  the ratio within a round. `fencelock_fixed`: a fixed 10 s lease; `fencelock_watchdog`: the \
                  default, a lease the watchdog renews; rslock has no watchdog and always runs with a 10 s TTL. \
                  Server commands are counted from `INFO commandstats`, so the commands a script runs \
-                 (`HGET`, `PEXPIRE`, …) count too; ratios above 1 mean fencelock is faster.\n\n");
+                 (`HGET`, `PEXPIRE`, …) count too; server CPU is `INFO cpu` (user + system) over the \
+                 run, divided by the pairs. Ratios above 1 mean fencelock is faster.\n\n");
     let c = &r["ceiling"];
     let ceiling = c["pairs_per_sec"].as_f64().unwrap_or(f64::NAN);
     let _ = writeln!(

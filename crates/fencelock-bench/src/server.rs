@@ -41,6 +41,23 @@ pub fn counts(server: &RedisServer) -> Counts {
         .collect()
 }
 
+/// The server's CPU time so far (user + system), in µs, from `INFO cpu`.
+pub fn cpu_us(server: &RedisServer) -> f64 {
+    let info = server
+        .command(&["INFO", "cpu"])
+        .ok()
+        .and_then(|r| r.text())
+        .unwrap_or_default();
+    info.lines()
+        .filter_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            let counted = name == "used_cpu_sys" || name == "used_cpu_user";
+            counted.then(|| value.trim().parse::<f64>().ok()).flatten()
+        })
+        .sum::<f64>()
+        * 1e6
+}
+
 /// What ran between two snapshots, per command, divided by `per` (pairs or acquisitions).
 pub fn per(before: &Counts, after: &Counts, per: u64) -> BTreeMap<String, f64> {
     after

@@ -57,7 +57,7 @@ if list then
   redis.call('HSET', k.lock, owner, list)
   -- Never shorten the lease: another guard of this owner may rely on the longer one.
   if pttl < lease then
-    redis.call('PEXPIRE', k.lock, lease)
+    redis.call('PEXPIRE', k.lock, ARGV[2])
   end
   return {1, count(list), redis.call('HGET', k.lock, '=token')}
 end
@@ -96,5 +96,5 @@ if others > 0 then
 else
   redis.call('HSET', k.lock, owner, attempt, '=token', token)
 end
-redis.call('PEXPIRE', k.lock, lease)
+redis.call('PEXPIRE', k.lock, ARGV[2])
 return {1, 1, token}

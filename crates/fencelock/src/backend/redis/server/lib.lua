@@ -65,23 +65,23 @@ local function less(a, b)
 end
 
 local function succ(a)
-  local digits = {string.byte(a, 1, -1)}
-  local i = #digits
-  while i >= 1 and digits[i] == 57 do -- '9'
-    digits[i] = 48
+  local i = #a
+  while i >= 1 and string.byte(a, i) == 57 do -- '9'
     i = i - 1
   end
+  -- The digits after i were all '9': they become '0'.
+  local zeros = string.rep('0', #a - i)
   if i == 0 then
-    return '1' .. string.char(unpack(digits))
+    return '1' .. zeros
   end
-  digits[i] = digits[i] + 1
-  return string.char(unpack(digits))
+  return string.sub(a, 1, i - 1) .. string.char(string.byte(a, i) + 1) .. zeros
 end
 
--- The server's clock in microseconds, as decimal text.
+-- The server's clock in microseconds, as decimal text (no number conversions: TIME answers
+-- text, and the microseconds are padded to six digits).
 local function now_us()
   local now = redis.call('TIME')
-  return now[1] .. string.format('%06d', tonumber(now[2]))
+  return now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
 end
 
 -- The next token, max(last + 1, floor), where `floor` is a clock in us or a token proposed
@@ -94,7 +94,9 @@ local function plan_token(counter, floor)
   if not string.match(last, '^%d+$') then
     error({err = 'FENCE ' .. counter .. ' does not hold a fencing counter'})
   end
-  last = string.gsub(last, '^0+(%d)', '%1')
+  if string.byte(last, 1) == 48 and #last > 1 then -- leading zeros (written by hand)
+    last = string.gsub(last, '^0+(%d)', '%1')
+  end
   if less(MAX_TOKEN, last) or last == MAX_TOKEN then
     error({err = 'FENCE ' .. counter .. ' has issued the highest fencing token (2^64 - 1)'})
   end
