@@ -280,7 +280,7 @@ impl SentinelConn {
         let names: Vec<String> = sentinels.iter().map(server_name).collect();
         let mut client = SentinelClient::build(
             sentinels,
-            master.to_owned(),
+            master,
             Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(node_info)),
             SentinelServerType::Master,
         )?;
