@@ -118,6 +118,9 @@ fn main() {
         report.insert("callgrind".into(), profile::measure(one));
     }
     let report = Value::Object(report);
+    if let Some(dir) = std::path::Path::new(&args.json).parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
     std::fs::write(
         &args.json,
         serde_json::to_string_pretty(&report).expect("json"),

@@ -41,7 +41,10 @@ fn breakdown(r: &Value, variant: Variant) -> String {
 
 /// A throughput table: pairs/s, p50 (if measured), ratio to rslock, commands per pair.
 fn throughput(md: &mut String, r: &Value, title: &str, note: &str) {
-    let _ = writeln!(md, "## {title}\n\n{note}\n");
+    let _ = writeln!(md, "## {title}\n");
+    if !note.is_empty() {
+        let _ = writeln!(md, "{note}\n");
+    }
     md.push_str("| library | pairs/s | pair p50 (µs) | **ratio to rslock** (median of rounds) | server CPU / pair (µs) | server commands / pair |\n|---|---|---|---|---|---|\n");
     for v in Variant::ALL {
         let ratio = match v {
