@@ -22,7 +22,7 @@ pub(crate) struct LockKeys {
     pub(crate) channel: String,
     /// The wait queue: owners in arrival order, handed the lock by the release script.
     pub(crate) queue: String,
-    /// Each queued owner's place: `attempt window_ms since_us`.
+    /// Each queued owner's place: `attempt window_ms since_us lease_ms`.
     pub(crate) waiting: String,
 }
 

@@ -261,9 +261,13 @@ async fn an_attempt_stopped_by_a_server_error_keeps_what_it_carried() {
     let lock = client.lock("carried");
     let guard = lock.acquire().await.unwrap();
     // A damaged queue key makes the background release of the dropped guard fail, and the
-    // next attempt too, before it could give the hold back.
+    // next attempt too, before it could give the hold back. (A release looks at the queue
+    // only when the lock's '=q' marker says it may have entries: set it, as a waiter would.)
     server
         .command(&["SET", "fencelock:{carried}:queue", "oops"])
+        .unwrap();
+    server
+        .command(&["HSET", "fencelock:{carried}", "=q", "1"])
         .unwrap();
     drop(guard);
     within(5.0, "background release", client.clone().close())

@@ -84,6 +84,11 @@ async fn a_wrong_typed_queue_fails_the_release_before_it_changes_anything() {
     server
         .command(&["SET", "fencelock:{typed-queue}:queue", "not a list"])
         .unwrap();
+    // The release reads the queue only when the lock's '=q' marker says it may have entries
+    // (every waiter that takes a place sets it).
+    server
+        .command(&["HSET", "fencelock:{typed-queue}", "=q", "1"])
+        .unwrap();
     match guard.release().await {
         Err(Error::WrongType { key, .. }) => assert_eq!(key, "fencelock:{typed-queue}:queue"),
         other => panic!("expected WrongType, got {other:?}"),

@@ -102,9 +102,10 @@ async fn acquisitions_waits_handovers_renewals_and_losses_are_counted() {
     })
     .await;
 
-    // A handover to another client's waiter (default lease: its place is not renewed
-    // during the test, so the lock can only come to it by the handover).
-    let other = common::client(&server).await;
+    // A handover to another client's waiter. A handover gives the whole lease, and the
+    // watchdog renews it at a third of it: a short lease, so that the renewal below finds
+    // the loss within the test's bound.
+    let other = client_with(&server, short_lease(600)).await;
     let waiter = {
         let lock = other.lock("metered");
         tokio::spawn(async move { lock.acquire().await.unwrap() })

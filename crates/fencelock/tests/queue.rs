@@ -268,8 +268,15 @@ async fn a_fixed_lease_handed_over_is_a_whole_lease() {
     .await;
     // Most of the place's 2 s window passes before the handover.
     tokio::time::sleep(Duration::from_millis(900)).await;
+    let base = server.command_calls("evalsha");
     guard.release().await.unwrap();
     let next = within(5.0, "handed over", task).await.unwrap();
+    // The handover carried the whole lease: the waiter sent nothing more (no extension).
+    assert_eq!(
+        server.command_calls("evalsha") - base,
+        1,
+        "only the release"
+    );
     let validity = next.remaining_validity().unwrap();
     assert!(validity > Duration::from_millis(1500), "{validity:?}");
     let ttl = server
@@ -278,7 +285,104 @@ async fn a_fixed_lease_handed_over_is_a_whole_lease() {
         .int()
         .unwrap();
     assert!(ttl > 1500, "PTTL {ttl}");
+    // The guard's deadline comes before the server's expiry.
+    assert!(
+        validity <= Duration::from_millis(ttl as u64),
+        "{validity:?} vs PTTL {ttl}"
+    );
     next.release().await.unwrap();
+}
+
+/// Calls of each command the server ran (those inside scripts included), from
+/// `INFO commandstats`.
+fn calls(server: &RedisServer, commands: &[&str]) -> Vec<u64> {
+    commands.iter().map(|c| server.command_calls(c)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_pair_runs_no_queue_command_and_publishes_nothing() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.lock("alone");
+    lock.acquire().await.unwrap().release().await.unwrap(); // scripts loaded
+    let watched = [
+        "evalsha", "publish", "llen", "lpop", "hlen", "rpush", "pttl", "hmget", "hset", "get",
+        "set", "time", "pexpire", "del",
+    ];
+    let before = calls(&server, &watched);
+    for _ in 0..10 {
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    let ran: Vec<u64> = calls(&server, &watched)
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a - b)
+        .collect();
+    let per_pair: Vec<(&str, u64)> = watched.iter().copied().zip(ran).collect();
+    // Acquire: PTTL, the counter's GET and SET, TIME, HSET, PEXPIRE. Release: HMGET (the
+    // holder and the queue marker), DEL. Nobody waits: no queue command, no PUBLISH.
+    let expected = [
+        ("evalsha", 20),
+        ("publish", 0),
+        ("llen", 0),
+        ("lpop", 0),
+        ("hlen", 0),
+        ("rpush", 0),
+        ("pttl", 10),
+        ("hmget", 10),
+        ("hset", 10),
+        ("get", 10),
+        ("set", 10),
+        ("time", 10),
+        ("pexpire", 10),
+        ("del", 10),
+    ];
+    assert_eq!(per_pair, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_with_a_waiter_hands_over_and_marks_the_queue() {
+    let server = server();
+    let holder = client(&server).await;
+    let guard = holder.lock("marked").acquire().await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..2 {
+        let waiter = client(&server).await;
+        tasks.push(tokio::spawn(async move {
+            let g = waiter.lock("marked").acquire().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            g.release().await.unwrap();
+        }));
+        eventually(5.0, "the waiter took its place", || {
+            queue_len(&server, "marked") == i + 1
+        })
+        .await;
+    }
+    let marker = |s: &RedisServer| {
+        s.command(&["HGET", "fencelock:{marked}", "=q"])
+            .ok()
+            .and_then(|r| r.text())
+    };
+    assert_eq!(
+        marker(&server).as_deref(),
+        Some("1"),
+        "a waiter marks the lock"
+    );
+    let published = server.command_calls("publish");
+    guard.release().await.unwrap();
+    // The first waiter holds it now, with the second still queued: the mark stays.
+    eventually(5.0, "handed over", || queue_len(&server, "marked") == 1).await;
+    assert_eq!(
+        marker(&server).as_deref(),
+        Some("1"),
+        "the handover keeps the mark"
+    );
+    for task in tasks {
+        within(10.0, "both served", task).await.unwrap();
+    }
+    // Two handovers (one '=grant' each); the last release found nobody and published nothing.
+    assert_eq!(server.command_calls("publish") - published, 2);
+    assert!(!has_key(&server, "marked"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

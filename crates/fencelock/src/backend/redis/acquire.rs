@@ -161,6 +161,13 @@ impl Ask<'_> {
     fn held(&self, id: u64, granted: (Instant, Duration), token: u64, count: u64) -> Held {
         let watchdog = &self.ctx.watchdog;
         let (sent, term) = granted;
+        let times = (watchdog.deadline(sent, term), watchdog.renew_at(sent, term));
+        self.held_until(id, times, token, count)
+    }
+
+    /// The hold `id` with its deadline and first renewal time (`times`).
+    fn held_until(&self, id: u64, times: (Instant, Instant), token: u64, count: u64) -> Held {
+        let watchdog = &self.ctx.watchdog;
         let hold = Hold {
             keys: self.keys.clone(),
             owner: self.owner.clone(),
@@ -169,11 +176,7 @@ impl Ask<'_> {
             id,
             token,
         };
-        let state = Arc::new(LeaseState::new(
-            hold,
-            watchdog.deadline(sent, term),
-            watchdog.renew_at(sent, term),
-        ));
+        let state = Arc::new(LeaseState::new(hold, times.0, times.1));
         watchdog.track(&state);
         Held {
             lease: state,
@@ -199,7 +202,9 @@ impl Ask<'_> {
                 return Ok(held);
             }
         }
-        let joined = waiters.join(&self.family.engine, &self.ctx.background, channel);
+        // Boxed: only a contended acquire gets here, and joining may subscribe (a future of
+        // kilobytes, which would otherwise be part of every acquire's).
+        let joined = Box::pin(waiters.join(&self.family.engine, &self.ctx.background, channel));
         let ticket = match deadline {
             Some((at, _)) => tokio::time::timeout_at(at, joined)
                 .await
@@ -339,18 +344,31 @@ impl Waiting<'_> {
     }
 
     /// The hold, if the release script handed the lock to our place: it is named by the
-    /// place's attempt, and its lease counts from the request that took the place.
+    /// place's attempt. The server gave it the whole lease, `elapsed` after it took the
+    /// place: the deadline counts the lease from the request that took the place plus
+    /// `elapsed` (with the drift margin over both). A server script of an earlier version
+    /// gave what was left of the window counted from that request.
     async fn handed_over(&mut self) -> Result<Option<Held>> {
         let Some(taken) = self.place.armed else {
             return Ok(None);
         };
-        let Some(token) = self.ticket.take_grant(taken.attempt) else {
+        let Some(grant) = self.ticket.take_grant(taken.attempt) else {
             return Ok(None);
         };
-        let ask = self.ask;
-        tracing::debug!(lock = %ask.keys.name, token, "handed over");
+        let (ask, token) = (self.ask, grant.token);
+        tracing::debug!(lock = %ask.keys.name, token, ?grant.elapsed_ms, "handed over");
         crate::telemetry::handover();
-        let held = ask.held(taken.attempt, (taken.sent, self.window), token, 1);
+        let held = match grant.elapsed_ms {
+            Some(ms) => {
+                let (watchdog, elapsed) = (&ask.ctx.watchdog, Duration::from_millis(ms));
+                let times = (
+                    watchdog.deadline(taken.sent, elapsed + ask.lease),
+                    watchdog.renew_at(taken.sent + elapsed, ask.lease),
+                );
+                ask.held_until(taken.attempt, times, token, 1)
+            }
+            None => ask.held(taken.attempt, (taken.sent, self.window), token, 1),
+        };
         self.place.armed = None;
         self.ticket.acquired(ask.lease);
         if let Some(acks) = ask.acks {
@@ -368,7 +386,7 @@ impl Waiting<'_> {
                 );
                 return Err(e);
             }
-        } else if !ask.renew {
+        } else if !ask.renew && grant.elapsed_ms.is_none() {
             // What is left of the window may be less than the fixed lease the caller asked
             // for (the watchdog would renew it; here nothing will). A failure shows in the
             // hold's deadline, which stays honest.

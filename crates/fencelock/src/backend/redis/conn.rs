@@ -270,6 +270,10 @@ pub(crate) struct SentinelConn {
 }
 
 impl SentinelConn {
+    // `SentinelClient::build` takes a `String`, or an `impl AsRef<str>` when redis-rs is built
+    // with rustls (as in a workspace build, where the benchmark's rslock turns it on): the
+    // owned name serves both.
+    #[allow(clippy::unnecessary_to_owned)]
     pub(crate) async fn connect(
         sentinels: Vec<ConnectionInfo>,
         master: &str,

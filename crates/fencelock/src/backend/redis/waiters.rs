@@ -35,8 +35,8 @@ pub(crate) struct Slot {
     handoff: Mutex<Option<Duration>>,
     /// The attempt id of this waiter's place in the server's wait queue, if it has one.
     place: Mutex<Option<u64>>,
-    /// A handover to that place: (attempt id, fencing token).
-    grant: Mutex<Option<(u64, u64)>>,
+    /// A handover to that place.
+    grant: Mutex<Option<Grant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -160,12 +160,44 @@ impl WaitRegistry {
     }
 }
 
-/// `=grant <attempt> <token>`: the release script handed the lock to the queue place that
-/// `attempt` took.
-fn parse_grant(message: &[u8]) -> Option<(u64, u64)> {
+/// A handover to a place in the server's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The attempt that took the place; it names the hold.
+    pub(crate) attempt: u64,
+    /// The holding's fencing token.
+    pub(crate) token: u64,
+    /// How long after the place was taken the server handed it over, in whole ms (rounded
+    /// down), when it gave the whole lease; `None`: it gave what was left of the place's
+    /// window (a place taken by an earlier version).
+    pub(crate) elapsed_ms: Option<u64>,
+}
+
+/// `=grant <attempt> <token> [<elapsed_ms>]`: the release script handed the lock to the queue
+/// place that `attempt` took.
+fn parse_grant(message: &[u8]) -> Option<Grant> {
+    // Decimal as the scripts write it: digits only, no leading zero.
+    fn number(text: &str) -> Option<u64> {
+        let canonical =
+            text.bytes().all(|b| b.is_ascii_digit()) && !(text.len() > 1 && text.starts_with('0'));
+        canonical.then(|| text.parse().ok()).flatten()
+    }
     let text = std::str::from_utf8(message.strip_prefix(b"=grant ")?).ok()?;
-    let (attempt, token) = text.split_once(' ')?;
-    Some((attempt.parse().ok()?, token.parse().ok()?))
+    let mut parts = text.split(' ');
+    let attempt = number(parts.next()?)?;
+    let token = number(parts.next()?)?;
+    let elapsed_ms = match parts.next() {
+        Some(ms) => Some(number(ms)?),
+        None => None,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(Grant {
+        attempt,
+        token,
+        elapsed_ms,
+    })
 }
 
 impl ReleaseSink for WaitRegistry {
@@ -177,13 +209,13 @@ impl ReleaseSink for WaitRegistry {
         match parse_grant(message) {
             // A handover wakes only the waiter it was made to, if it is one of ours: the
             // other waiters keep their places, instead of all racing for the lock.
-            Some((attempt, token)) => {
+            Some(grant) => {
                 if let Some(slot) = queue
                     .waiters
                     .iter()
-                    .find(|s| *lock(&s.place) == Some(attempt))
+                    .find(|s| *lock(&s.place) == Some(grant.attempt))
                 {
-                    *lock(&slot.grant) = Some((attempt, token));
+                    *lock(&slot.grant) = Some(grant);
                     slot.notify.notify_one();
                 }
             }
@@ -240,14 +272,11 @@ impl Ticket {
         *lock(&self.slot.place) = Some(attempt);
     }
 
-    /// The fencing token of a handover to the place `attempt` took, if one arrived.
-    pub(crate) fn take_grant(&self, attempt: u64) -> Option<u64> {
+    /// The handover to the place `attempt` took, if one arrived.
+    pub(crate) fn take_grant(&self, attempt: u64) -> Option<Grant> {
         let mut grant = lock(&self.slot.grant);
         match *grant {
-            Some((a, token)) if a == attempt => {
-                *grant = None;
-                Some(token)
-            }
+            Some(g) if g.attempt == attempt => grant.take(),
             _ => None,
         }
     }
@@ -277,11 +306,18 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod fuzz {
     //! Release messages come from the server: any bytes parse without a panic, and only
-    //! `=grant <attempt> <token>` with two decimal `u64`s is a handover.
+    //! `=grant <attempt> <token> [<elapsed_ms>]` with decimal `u64`s is a handover.
 
     use proptest::prelude::*;
 
-    use super::parse_grant;
+    use super::{parse_grant, Grant};
+
+    fn text(g: Grant) -> String {
+        match g.elapsed_ms {
+            Some(ms) => format!("=grant {} {} {ms}", g.attempt, g.token),
+            None => format!("=grant {} {}", g.attempt, g.token),
+        }
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(5000))]
@@ -292,12 +328,13 @@ mod fuzz {
         }
 
         #[test]
-        fn grants(attempt: u64, token: u64, noise in "[ 0-9a-z=]{0,12}") {
-            let message = format!("=grant {attempt} {token}");
-            prop_assert_eq!(parse_grant(message.as_bytes()), Some((attempt, token)));
+        fn grants(attempt: u64, token: u64, elapsed_ms: Option<u64>, noise in "[ 0-9a-z=]{0,12}") {
+            let grant = Grant { attempt, token, elapsed_ms };
+            let message = text(grant);
+            prop_assert_eq!(parse_grant(message.as_bytes()), Some(grant));
             let noisy = format!("{message}{noise}");
-            if let Some((a, t)) = parse_grant(noisy.as_bytes()) {
-                prop_assert_eq!(format!("=grant {a} {t}"), noisy);
+            if let Some(g) = parse_grant(noisy.as_bytes()) {
+                prop_assert_eq!(text(g), noisy);
             }
         }
     }

@@ -1,14 +1,14 @@
 -- Acquire or re-enter a lock in one round trip (after lib.lua).
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter (no TTL, outlives the lock),
 -- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners
---          (owner -> 'attempt window_ms since_us'); both given only when queueing or when
+--          (owner -> 'attempt window_ms since_us lease_ms'); both given only when queueing or when
 --          giving attempts back
 -- ARGV[1]: owner id, ARGV[2]: lease in ms, ARGV[3]: attempt id (this hold's id),
 -- ARGV[4]: '' to base a new token on this server's clock, or a token proposed by the client
 --          (RedLock: every server of a majority should issue the same token)
 -- ARGV[5]: '' not to queue, or a place window in ms: when the lock is held, take (or renew)
 --          a place in the wait queue, valid for that long from now (the caller is subscribed
---          to the release channel and will be handed the lock)
+--          to the release channel and will be handed the lock, with its whole lease)
 -- ARGV[6]: the attempt id of the caller's place in the queue, or '': a handover to it that the
 --          caller did not hear of (lost message) becomes this attempt's hold
 -- ARGV[7]: the release channel, ARGV[8]: 'S' to publish with SPUBLISH
@@ -16,27 +16,31 @@
 --          holds and places are given back first, so that none counts as a re-entry of this one
 -- Returns {1, hold count, token} when acquired, {0, remaining lease in ms} when held by another.
 -- Sent again with the same attempt id, it changes nothing and gives the same answer.
+local proposal, window, claim = ARGV[4] or '', tonumber(ARGV[5] or ''), ARGV[6] or ''
+-- A proposed token means RedLock, whose servers keep no queue: release messages always go out.
 local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
-  channel = ARGV[7], sharded = ARGV[8] == 'S'}
+  channel = ARGV[7], sharded = ARGV[8] == 'S', always = proposal ~= ''}
 local owner, attempt = ARGV[1], ARGV[3]
 local lease = tonumber(ARGV[2])
-local proposal, window, claim = ARGV[4] or '', tonumber(ARGV[5] or ''), ARGV[6] or ''
 local pttl = redis.call('PTTL', k.lock)
-local list = false
+local list, marked = false, false
 if pttl ~= -2 or #ARGV >= 9 then
-  list = read('HGET', k.lock, owner)
+  local fields = read('HMGET', k.lock, owner, QUEUED)
+  list, marked = fields[1], fields[2]
 end
 if #ARGV >= 9 then
   -- Attempts this owner gave up go first; a holding they end may be handed over, and this
-  -- attempt may then take a fresh token: the counter must be able to issue both.
+  -- attempt may then take a fresh token: the counter must be able to issue both. They may
+  -- be places in the queue: look at the queue whatever the marker says.
   check_counter(k.fence)
   for i = 9, #ARGV do
-    list = give_back(k, owner, list, ARGV[i], owner .. '#' .. ARGV[i]) or list
+    list = give_back(k, owner, list, ARGV[i], owner .. '#' .. ARGV[i], true) or list
     if list == '' then
       list = redis.call('HGET', k.lock, owner) -- ended: the lock may have been handed over
     end
   end
   pttl = redis.call('PTTL', k.lock)
+  marked = pttl ~= -2 and redis.call('HGET', k.lock, QUEUED)
 end
 if list then
   if has(list, attempt) then
@@ -53,7 +57,7 @@ if list then
   redis.call('HSET', k.lock, owner, list)
   -- Never shorten the lease: another guard of this owner may rely on the longer one.
   if pttl < lease then
-    redis.call('PEXPIRE', k.lock, lease)
+    redis.call('PEXPIRE', k.lock, ARGV[2])
   end
   return {1, count(list), redis.call('HGET', k.lock, '=token')}
 end
@@ -63,9 +67,13 @@ if pttl ~= -2 then
     if not redis.call('HGET', k.waiting, owner) then
       redis.call('RPUSH', k.queue, owner)
     end
-    -- The place counts from now: a handover gives only what is left of the window, which
-    -- the caller measures from when it sent this request.
-    redis.call('HSET', k.waiting, owner, attempt .. ' ' .. ARGV[5] .. ' ' .. now_us())
+    if not marked then
+      redis.call('HSET', k.lock, QUEUED, '1') -- the release looks at the queue
+    end
+    -- The place counts from now: it is handed the lock only within its window, and the
+    -- handover says how long after now it came, which the caller adds to when it sent this
+    -- request.
+    redis.call('HSET', k.waiting, owner, attempt .. ' ' .. ARGV[5] .. ' ' .. now_us() .. ' ' .. ARGV[2])
     for _, key in ipairs({k.queue, k.waiting}) do
       if redis.call('PTTL', key) < window then
         redis.call('PEXPIRE', key, window)
@@ -75,11 +83,18 @@ if pttl ~= -2 then
   return {0, pttl}
 end
 local token = plan_token(k.fence, (proposal ~= '' and proposal) or now_us())
+local others = 0
 if k.queue then
-  queue_length(k)
-  leave_queue(k, owner)
+  others = queue_length(k)
+  if leave_queue(k, owner) then
+    others = others - 1
+  end
 end
 redis.call('SET', k.fence, token)
-redis.call('HSET', k.lock, owner, attempt, '=token', token)
-redis.call('PEXPIRE', k.lock, lease)
+if others > 0 then
+  redis.call('HSET', k.lock, owner, attempt, '=token', token, QUEUED, '1')
+else
+  redis.call('HSET', k.lock, owner, attempt, '=token', token)
+end
+redis.call('PEXPIRE', k.lock, ARGV[2])
 return {1, 1, token}

@@ -160,7 +160,9 @@ impl RedisBackend {
             Master::Sentinel(sentinel) if master_gone(e) => {
                 // Refused (READONLY, or no connection could be made): it did not run.
                 let did_not_run = e.code() == Some("READONLY") || e.is_connection_refusal();
-                if let Err(e) = self.bounded(lock, sentinel.switch(&node)).await? {
+                // Boxed: switching is rare, and its future (kilobytes) would otherwise be part of
+                // every request's, copied at each level on every request.
+                if let Err(e) = self.bounded(lock, Box::pin(sentinel.switch(&node))).await? {
                     return Ok(Err(e));
                 }
                 if !did_not_run && resend == Resend::Never {
@@ -266,8 +268,8 @@ impl RedisBackend {
         script: &Lua,
         call: &redis::Cmd,
     ) -> Result<(T, Lent), Error> {
-        self.with_script(keys, script, || self.query_on_lent(keys, call))
-            .await
+        // Boxed: rare (`min_replica_acks`), and its future is large.
+        Box::pin(self.with_script(keys, script, || self.query_on_lent(keys, call))).await
     }
 
     /// Sends `call` on a connection lent for it, which is handed back with the reply.

@@ -9,7 +9,7 @@ end
 local lease = tonumber(ARGV[2])
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < lease then
-  redis.call('PEXPIRE', KEYS[1], lease)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   ttl = lease
 end
 return ttl

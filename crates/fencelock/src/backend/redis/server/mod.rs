@@ -224,8 +224,9 @@ impl RedisBackend {
                     lent.give_back(self);
                     return Ok(reply);
                 }
-                self.await_replicas(keys, lent, acks, &attempt.owner, attempt.id)
-                    .await?;
+                // Boxed: rare, and its future (kilobytes) would otherwise be part of every
+                // acquire's.
+                Box::pin(self.await_replicas(keys, lent, acks, &attempt.owner, attempt.id)).await?;
                 Ok(reply)
             }
         }
@@ -406,8 +407,7 @@ impl RedisBackend {
             return Ok(Renewal::NotHeld);
         }
         let owner = &hold.hold.owner;
-        self.await_replicas(keys, lent, acks, owner, hold.hold.id)
-            .await?;
+        Box::pin(self.await_replicas(keys, lent, acks, owner, hold.hold.id)).await?;
         Ok(Renewal::Renewed)
     }
 

@@ -6,20 +6,23 @@
 -- ARGV[3]: the hold to give back (the attempt id that took it; also gives up the place that
 --          attempt took in the queue), or '' for the owner's newest hold (a release by owner
 --          id, without a guard; an owner that holds nothing then leaves the queue),
--- ARGV[4]: the release message (absent or '' for the owner id), ARGV[5]: 'S' to publish with
---          SPUBLISH (Redis Cluster).
+-- ARGV[4]: the release message (absent or '': the owner id, published only when a waiter of
+--          the queue may need it; given (RedLock, whose servers keep no queue): always
+--          published), ARGV[5]: 'S' to publish with SPUBLISH (Redis Cluster).
 -- Returns the holds left (0: released), or -1 when that hold (or the owner) held nothing.
-local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
-  channel = ARGV[2], sharded = ARGV[5] == 'S'}
-local owner, id = ARGV[1], ARGV[3]
 local message = ARGV[4]
-if message == nil or message == '' then
+local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
+  channel = ARGV[2], sharded = ARGV[5] == 'S', always = message ~= nil and message ~= ''}
+local owner, id = ARGV[1], ARGV[3]
+if not k.always then
   message = owner
 end
-local list = read('HGET', k.lock, owner)
+local fields = read('HMGET', k.lock, owner, QUEUED)
+local list, marked = fields[1], fields[2]
 if id == '' then
   if not list then
-    -- An owner that gives up waiting (e.g. a cancelled process) leaves the queue.
+    -- An owner that gives up waiting (e.g. a cancelled process) leaves the queue. Its place
+    -- may outlive the lock (no marker then): look at the queue itself.
     if queue_length(k) > 0 then
       leave_queue(k, owner)
     end
@@ -27,7 +30,12 @@ if id == '' then
   end
   id = string.match(list, '(%S+)$')
 end
-local left = give_back(k, owner, list, id, message)
+if not (list and has(list, id)) then
+  -- Not a hold: only a place in the queue may be left to give up (a wait that ended), and
+  -- it may outlive the lock's marker.
+  marked = true
+end
+local left = give_back(k, owner, list, id, message, marked)
 if not left then
   return -1
 end

@@ -77,7 +77,11 @@ pub(super) fn hold_count(holds: &Value) -> u64 {
 
 /// `EVALSHA sha numkeys`, to be followed by the keys and arguments.
 pub(super) fn evalsha(script: &Lua, keys: usize) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
+    // Room for a lock script's call (up to 12 arguments, lock names of a few dozen bytes)
+    // from the start: growing the buffers argument by argument cost more than the rest of
+    // building the call.
+    let mut cmd = redis::Cmd::with_capacity(12, 384);
+    cmd.arg("EVALSHA");
     cmd.arg(script.script.get_hash()).arg(keys);
     cmd
 }

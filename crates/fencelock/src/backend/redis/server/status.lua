@@ -1,7 +1,7 @@
 -- A consistent snapshot of one lock and its wait queue.
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter,
 -- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners
---          (owner -> 'attempt window_ms since_us'; see acquire.lua)
+--          (owner -> 'attempt window_ms since_us lease_ms'; see acquire.lua)
 -- Returns {remaining lease in ms (-2: not held), last token issued or false,
 --          {field, value, ...} of the lock hash,
 --          the server's clock {seconds, microseconds} (TIME, which the places count from),
