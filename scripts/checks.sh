@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The checks of a maintained crate, beside the tests (CI runs them; so can you):
+# - documentation builds with every intra-doc link resolved;
+# - the declared MSRV (`rust-version` in Cargo.toml) builds the library and the CLI, with the
+#   toolchain installed through rustup;
+# - the dependencies' licences are allowed and no banned crate is pulled in (deny.toml);
+# - the three crates package for publishing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --lib
+
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+echo "== MSRV $msrv"
+rustup toolchain install "$msrv" --profile minimal >/dev/null
+CARGO_TARGET_DIR=target/msrv cargo +"$msrv" check --locked -p fencelock -p fencelock-cli \
+  --all-features --lib --bins
+
+echo "== cargo deny (licences, bans)"
+command -v cargo-deny >/dev/null || cargo install --locked cargo-deny --version 0.18.9
+cargo deny check licenses bans
+
+echo "== cargo package"
+cargo package --workspace --locked --no-verify >/dev/null
+echo "checks passed"
