@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The checks of a maintained crate, beside the tests (CI runs them; so can you):
+# - the library builds, lint-free, with each optional feature alone (and none);
 # - documentation builds with every intra-doc link resolved;
 # - the declared MSRV (`rust-version` in Cargo.toml) builds the library and the CLI, with the
 #   toolchain installed through rustup;
@@ -7,6 +8,11 @@
 # - the three crates package for publishing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+echo "== feature combinations"
+for features in "" zookeeper etcd metrics; do
+  cargo clippy --quiet -p fencelock --features "$features" --all-targets -- -D warnings
+done
 
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --lib

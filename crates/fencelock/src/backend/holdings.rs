@@ -152,6 +152,7 @@ impl Holdings {
     }
 
     /// Whether the owner holds the node `path` and is not deleting it.
+    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
     pub(crate) fn live(&self, name: &str, owner: &Arc<str>, path: &str) -> bool {
         let map = self.map();
         map.get(&(name.to_owned(), owner.clone()))

@@ -25,7 +25,7 @@ pub(crate) mod etcd;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod holdings;
 pub(crate) mod redis;
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod session_holds;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;

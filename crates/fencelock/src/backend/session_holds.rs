@@ -1,5 +1,4 @@
-//! The holds that live in one client session (etcd's lease; the same bookkeeping as the
-//! ZooKeeper session's): kept weakly, their deadlines moved forward when the session is
+//! The holds that live in one client session (a ZooKeeper session, an etcd lease): kept weakly, their deadlines moved forward when the session is
 //! heard from, and all of them lost at once when the session ends.
 
 use std::sync::{Arc, Mutex, Weak};

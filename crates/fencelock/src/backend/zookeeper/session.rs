@@ -10,15 +10,16 @@
 //! session that expired or was closed fires every hold's lost-lock signal at once.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+use crate::backend::session_holds::SessionHolds;
 use crate::error::Error;
-use crate::lease::{LeaseState, Lost};
+use crate::lease::LeaseState;
 use crate::options::ClientOptions;
 
 /// How many probes per session timeout.
@@ -36,17 +37,10 @@ pub(crate) struct Session {
     heard: Mutex<Instant>,
     drift: Duration,
     response_timeout: Duration,
-    leases: Mutex<Leases>,
+    holds: SessionHolds,
     /// Cancelled when the session expired or was closed (terminal).
     pub(crate) ended: CancellationToken,
     stop: CancellationToken,
-}
-
-/// The holds that live in this session, weakly.
-#[derive(Default)]
-struct Leases {
-    all: Vec<Weak<LeaseState>>,
-    sweep_at: usize,
 }
 
 impl Session {
@@ -92,7 +86,7 @@ impl Session {
             heard: Mutex::new(sent),
             drift: options.drift(timeout),
             response_timeout: options.response_timeout,
-            leases: Mutex::default(),
+            holds: SessionHolds::default(),
             ended: CancellationToken::new(),
             stop: CancellationToken::new(),
         });
@@ -164,32 +158,7 @@ impl Session {
     /// A hold that lives in this session: its deadline follows the session's, and its lost
     /// signal fires when the session ends.
     pub(crate) fn register(&self, lease: &Arc<LeaseState>) {
-        let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
-        if leases.all.len() >= leases.sweep_at.max(64) {
-            leases
-                .all
-                .retain(|l| l.upgrade().is_some_and(|l| !l.is_finished()));
-            leases.sweep_at = 2 * leases.all.len();
-        }
-        leases.all.push(Arc::downgrade(lease));
-        if self.ended.is_cancelled() {
-            drop(leases);
-            lease.fire_lost(Lost::Session);
-        }
-    }
-
-    /// The live holds of this session.
-    fn live(&self) -> Vec<Arc<LeaseState>> {
-        let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
-        let mut live = Vec::new();
-        leases.all.retain(|l| match l.upgrade() {
-            Some(l) if !l.is_finished() => {
-                live.push(l);
-                true
-            }
-            _ => false,
-        });
-        live
+        self.holds.register(lease);
     }
 
     /// The session expired or was closed: every hold is lost, at once.
@@ -199,18 +168,12 @@ impl Session {
         }
         tracing::warn!(session = %zk::SessionId(self.id), why, "ZooKeeper session ended");
         self.ended.cancel();
-        for lease in self.live() {
-            lease.fire_lost(Lost::Session);
-        }
+        self.holds.end();
     }
 
     /// Moves every live hold's deadline to the session's.
     fn refresh(&self) {
-        let deadline = self.deadline();
-        for lease in self.live() {
-            let mut times = lease.times();
-            times.deadline = times.deadline.max(deadline);
-        }
+        self.holds.refresh(self.deadline());
     }
 
     /// Probes the server every quarter of the timeout and at once after a reconnection; ends
