@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use super::Released;
 use crate::lease::{LeaseState, Lost};
 
 /// One holding: a lock node (key) of this session and the holds (guards) over it.
@@ -111,6 +112,23 @@ impl Holdings {
                 holding.closing = false;
             }
         }
+    }
+
+    /// Settles a [`Step::Last`] with the outcome of its delete (`Ok(true)`: deleted,
+    /// `Ok(false)`: gone already, with its session or by a forced unlock). A failed delete
+    /// keeps the hold, so that a later give-back tries again.
+    pub(crate) fn settle<E>(
+        &self,
+        name: &str,
+        owner: &Arc<str>,
+        path: &str,
+        deleted: Result<bool, E>,
+    ) -> Result<Released, E> {
+        self.deleted(name, owner, path, deleted.is_ok());
+        deleted.map(|done| match done {
+            true => Released::Released,
+            false => Released::NotHeld,
+        })
     }
 
     /// The node `path` is gone without our delete (a forced unlock): its holds are lost.

@@ -28,21 +28,14 @@ impl Inner {
             Step::Last(key) => key,
         };
         let revision = token.and_then(|t| i64::try_from(t).ok());
-        match recipe::delete(&self.session, &key, revision).await {
-            Ok(deleted) => {
-                self.holdings.deleted(name, owner, &key, true);
-                self.slots.free(name);
-                Ok(match deleted {
-                    true => Released::Released,
-                    // Gone already: force-unlocked, or with the lease that ended.
-                    false => Released::NotHeld,
-                })
-            }
-            Err(e) => {
-                self.holdings.deleted(name, owner, &key, false);
-                Err(self.fail(Some(name), e))
-            }
+        // `Ok(false)`: gone already, force-unlocked or with the lease that ended.
+        let deleted = recipe::delete(&self.session, &key, revision).await;
+        if deleted.is_ok() {
+            self.slots.free(name);
         }
+        self.holdings
+            .settle(name, owner, &key, deleted)
+            .map_err(|e| self.fail(Some(name), e))
     }
 
     /// `Lock::release`: the owner's newest hold in this client. A holding of this owner id

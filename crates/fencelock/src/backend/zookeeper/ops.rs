@@ -31,21 +31,17 @@ impl Inner {
             Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
             Step::Last(path) => path,
         };
-        match self.session.call(|zk| zk.delete(&path, None)).await {
-            Ok(()) => {
-                self.holdings.deleted(name, owner, &path, true);
-                Ok(Released::Released)
-            }
+        let deleted = match self.session.call(|zk| zk.delete(&path, None)).await {
+            Ok(()) => Ok(true),
             // Gone already: force-unlocked, or with the session that ended.
             Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => {
-                self.holdings.deleted(name, owner, &path, true);
-                Ok(Released::NotHeld)
+                Ok(false)
             }
-            Err(e) => {
-                self.holdings.deleted(name, owner, &path, false);
-                Err(self.fail(Some(name), e))
-            }
-        }
+            Err(e) => Err(e),
+        };
+        self.holdings
+            .settle(name, owner, &path, deleted)
+            .map_err(|e| self.fail(Some(name), e))
     }
 
     /// `Lock::release`: the owner's newest hold in this client. A holding of this owner id in
