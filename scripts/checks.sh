@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The checks of a maintained crate, beside the tests (CI runs them; so can you):
-# - the library builds, lint-free, with each optional feature alone (and none);
+# - the library builds, lint-free, with the default features, each other service alone (no
+#   Redis), and metrics (README, "Cargo features"; the tests run them in scripts/test.sh);
 # - documentation builds with every intra-doc link resolved;
 # - the declared MSRV (`rust-version` in Cargo.toml) builds the library and the CLI, with the
 #   toolchain installed through rustup;
@@ -10,8 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 echo "== feature combinations"
-for features in "" zookeeper etcd metrics; do
-  cargo clippy --quiet -p fencelock --features "$features" --all-targets -- -D warnings
+for features in "" "--no-default-features --features zookeeper" \
+  "--no-default-features --features etcd" "--features metrics"; do
+  # shellcheck disable=SC2086 # the flags are words
+  cargo clippy --quiet -p fencelock $features --all-targets -- -D warnings
 done
 
 echo "== cargo doc"

@@ -172,7 +172,8 @@ pub enum Error {
         /// The server's message.
         detail: String,
     },
-    /// The server answered with an error.
+    /// The Redis server answered with an error (cargo feature `redis`).
+    #[cfg(feature = "redis")]
     #[error("server {server} returned an error{}: {source}", for_lock(.lock))]
     Server {
         /// The lock name, when the failure happened during a lock operation.

@@ -26,6 +26,7 @@ pub(crate) struct LeaseTimes {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renewal {
     /// The hold is still there; the lease now has at least the asked-for time left.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     Renewed,
     /// The hold is gone.
     NotHeld,
@@ -100,6 +101,7 @@ pub(crate) struct LeaseState {
     /// Orders the requests that touch this hold on the servers: a heal (RedLock re-taking a
     /// server that lost the lock) checks, under it, that the hold is still live, and the
     /// release waits for it, so that a heal never lands after the release.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) serial: tokio::sync::Mutex<()>,
     lost: CancellationToken,
     reason: OnceLock<&'static str>,

@@ -13,6 +13,14 @@
 //! - [`Error`]: one `#[non_exhaustive]` error type; bad input is an [`InputError`], found
 //!   before any I/O.
 
+#[cfg(not(any(feature = "redis", feature = "zookeeper", feature = "etcd")))]
+compile_error!(
+    "fencelock needs at least one lock service: enable the cargo feature `redis` (a default), \
+     `zookeeper` or `etcd`"
+);
+
+// Given-up attempts are the Redis family's (other services undo by their session).
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 mod abandoned;
 mod backend;
 mod background;
@@ -24,15 +32,16 @@ mod lease;
 mod lock;
 mod name;
 mod options;
+mod redact;
 mod shared;
 mod status;
 mod telemetry;
 mod watchdog;
 
 /// The `redis` crate that [`fenced::FencedRegister`] takes connections of (the same version).
+#[cfg(feature = "redis")]
 pub use redis;
 
-pub use backend::redis::redact_url;
 pub use backend::Released;
 pub use client::Client;
 pub use error::{Error, InputError, Result, ServerOutcome};
@@ -40,6 +49,7 @@ pub use guard::Guard;
 pub use lock::{Contended, Lock};
 pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};
 pub use options::{ClientOptions, LockOptions, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE};
+pub use redact::redact_url;
 pub use status::{LockStatus, Waiter};
 
 /// The repository README's Rust examples compile.

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::abandoned::Abandoned;
 #[cfg(feature = "etcd")]
 use crate::backend::etcd::Etcd;
+#[cfg(feature = "redis")]
 use crate::backend::redis::RedisFamily;
 #[cfg(feature = "zookeeper")]
 use crate::backend::zookeeper::ZooKeeper;
@@ -132,6 +133,15 @@ async fn connect_service(
             _ => connect_etcd(url, options).await,
         };
     }
+    connect_redis(urls, options, background).await
+}
+
+#[cfg(feature = "redis")]
+async fn connect_redis(
+    urls: &[&str],
+    options: &ClientOptions,
+    background: &Background,
+) -> Result<(Service, Vec<String>)> {
     if urls.is_empty() || urls.len().is_multiple_of(2) {
         return Err(InputError::InvalidOption {
             option: "urls",
@@ -145,6 +155,15 @@ async fn connect_service(
     Ok((Service::Redis(family), warnings))
 }
 
+#[cfg(not(feature = "redis"))]
+async fn connect_redis(
+    urls: &[&str],
+    _options: &ClientOptions,
+    _background: &Background,
+) -> Result<(Service, Vec<String>)> {
+    Err(not_built(&urls.join(" "), "redis"))
+}
+
 #[cfg(feature = "zookeeper")]
 async fn connect_zookeeper(url: &str, options: &ClientOptions) -> Result<(Service, Vec<String>)> {
     let (zk, warnings) = Box::pin(ZooKeeper::connect(url, options)).await?;
@@ -153,11 +172,7 @@ async fn connect_zookeeper(url: &str, options: &ClientOptions) -> Result<(Servic
 
 #[cfg(not(feature = "zookeeper"))]
 async fn connect_zookeeper(url: &str, _options: &ClientOptions) -> Result<(Service, Vec<String>)> {
-    Err(InputError::InvalidUrl {
-        url: url.to_owned(),
-        reason: "fencelock was built without its `zookeeper` feature".into(),
-    }
-    .into())
+    Err(not_built(url, "zookeeper"))
 }
 
 #[cfg(feature = "etcd")]
@@ -168,9 +183,17 @@ async fn connect_etcd(url: &str, options: &ClientOptions) -> Result<(Service, Ve
 
 #[cfg(not(feature = "etcd"))]
 async fn connect_etcd(url: &str, _options: &ClientOptions) -> Result<(Service, Vec<String>)> {
-    Err(InputError::InvalidUrl {
+    Err(not_built(url, "etcd"))
+}
+
+/// A URL of a service this build left out (its cargo feature was off).
+#[cfg(not(all(feature = "redis", feature = "zookeeper", feature = "etcd")))]
+fn not_built(url: &str, feature: &str) -> Error {
+    InputError::InvalidUrl {
         url: crate::redact_url(url),
-        reason: "fencelock was built without its `etcd` feature".into(),
+        reason: format!(
+            "fencelock was built without its `{feature}` cargo feature, which this URL needs"
+        ),
     }
-    .into())
+    .into()
 }

@@ -69,6 +69,7 @@ pub struct Waiter {
 impl Waiter {
     /// What the server stored for `owner` (`None`: no place), read at `now_us` on the server's
     /// clock.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn from_place(owner: String, place: Option<&str>, now_us: u64) -> Self {
         let unreadable = |reason: String| Self {
             owner: owner.clone(),

@@ -1,4 +1,5 @@
 //! Redis Cluster: one slot per lock, sharded pub/sub, resharding and failover while held.
+#![cfg(feature = "redis")]
 
 mod common;
 

@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use common::within;
 use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, Released};
-use fencelock_testkit::{RedisCluster, RedisServer, SentinelSet};
 use tokio::time::Instant;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -52,6 +51,7 @@ struct Caps {
     status_counts_holds: bool,
 }
 
+#[cfg(feature = "redis")]
 const REDIS: Caps = Caps {
     extend: true,
     fixed_lease: true,
@@ -95,148 +95,179 @@ fn lease(ms: u64) -> ClientOptions {
     ClientOptions::default().default_lease(Duration::from_millis(ms))
 }
 
-fn delete_key(server: &RedisServer, name: &str) {
-    let key = format!("fencelock:{{{name}}}");
-    server.command(&["DEL", &key]).expect("DEL the lock key");
-}
-
 // ---------------------------------------------------------------------------------------
 // Deployments
 
-struct Single(RedisServer);
+#[cfg(feature = "redis")]
+mod redis_family {
+    //! The Redis deployments: one server, RedLock, Sentinel, Cluster.
+    use super::*;
+    use fencelock_testkit::{RedisCluster, RedisServer, SentinelSet};
 
-impl Deployment for Single {
-    fn urls(&self) -> Vec<String> {
-        vec![self.0.url()]
+    fn delete_key(server: &RedisServer, name: &str) {
+        let key = format!("fencelock:{{{name}}}");
+        server.command(&["DEL", &key]).expect("DEL the lock key");
     }
-    fn caps(&self) -> Caps {
-        REDIS
-    }
-    fn bad_urls(&self) -> Vec<Vec<String>> {
-        vec![
-            vec!["redis://127.0.0.1:notaport".into()],
-            vec!["redis://".into()],
-            vec![format!("rediss+nonsense://127.0.0.1:{}", self.0.port())],
-        ]
-    }
-    fn pause(&self) {
-        self.0.pause();
-    }
-    fn resume(&self) {
-        self.0.resume();
-    }
-    fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move { delete_key(&self.0, name) })
-    }
-}
 
-struct RedLock(Vec<RedisServer>);
+    pub struct Single(RedisServer);
 
-impl Deployment for RedLock {
-    fn urls(&self) -> Vec<String> {
-        self.0.iter().map(RedisServer::url).collect()
-    }
-    fn caps(&self) -> Caps {
-        Caps {
-            waiter_queue: false,
-            ..REDIS
+    impl Deployment for Single {
+        fn urls(&self) -> Vec<String> {
+            vec![self.0.url()]
+        }
+        fn caps(&self) -> Caps {
+            REDIS
+        }
+        fn bad_urls(&self) -> Vec<Vec<String>> {
+            vec![
+                vec!["redis://127.0.0.1:notaport".into()],
+                vec!["redis://".into()],
+                vec![format!("rediss+nonsense://127.0.0.1:{}", self.0.port())],
+            ]
+        }
+        fn pause(&self) {
+            self.0.pause();
+        }
+        fn resume(&self) {
+            self.0.resume();
+        }
+        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
+            Box::pin(async move { delete_key(&self.0, name) })
         }
     }
-    fn bad_urls(&self) -> Vec<Vec<String>> {
-        let urls = self.urls();
-        vec![
-            // One server twice is not a majority of independent servers.
-            vec![urls[0].clone(), urls[1].clone(), urls[0].clone()],
+
+    pub struct RedLock(Vec<RedisServer>);
+
+    impl Deployment for RedLock {
+        fn urls(&self) -> Vec<String> {
+            self.0.iter().map(RedisServer::url).collect()
+        }
+        fn caps(&self) -> Caps {
+            Caps {
+                waiter_queue: false,
+                ..REDIS
+            }
+        }
+        fn bad_urls(&self) -> Vec<Vec<String>> {
+            let urls = self.urls();
             vec![
-                urls[0].clone(),
-                urls[1].clone(),
-                "redis://127.0.0.1:notaport".into(),
-            ],
-        ]
+                // One server twice is not a majority of independent servers.
+                vec![urls[0].clone(), urls[1].clone(), urls[0].clone()],
+                vec![
+                    urls[0].clone(),
+                    urls[1].clone(),
+                    "redis://127.0.0.1:notaport".into(),
+                ],
+            ]
+        }
+        fn pause(&self) {
+            self.0.iter().for_each(RedisServer::pause);
+        }
+        fn resume(&self) {
+            self.0.iter().for_each(RedisServer::resume);
+        }
+        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
+            Box::pin(async move { self.0.iter().for_each(|s| delete_key(s, name)) })
+        }
     }
-    fn pause(&self) {
-        self.0.iter().for_each(RedisServer::pause);
+
+    pub struct Sentinel(SentinelSet);
+
+    impl Sentinel {
+        fn master(&self) -> &RedisServer {
+            let port = self.0.master_port().expect("the sentinels name a master");
+            self.0
+                .servers
+                .iter()
+                .find(|s| s.port() == port)
+                .expect("the master is one of the set's servers")
+        }
     }
-    fn resume(&self) {
-        self.0.iter().for_each(RedisServer::resume);
+
+    impl Deployment for Sentinel {
+        fn urls(&self) -> Vec<String> {
+            vec![self.0.url()]
+        }
+        fn caps(&self) -> Caps {
+            REDIS
+        }
+        fn bad_urls(&self) -> Vec<Vec<String>> {
+            let url = self.0.url();
+            let (hosts, _master) = url.rsplit_once('/').unwrap();
+            vec![
+                vec![format!("{hosts}/")], // no master name
+                vec![hosts.to_string()],   // no path at all
+            ]
+        }
+        // The data servers only: the sentinels keep watching (a pause stays far below their
+        // 1 s down-after), so no failover starts.
+        fn pause(&self) {
+            self.0.servers.iter().for_each(RedisServer::pause);
+        }
+        fn resume(&self) {
+            self.0.servers.iter().for_each(RedisServer::resume);
+        }
+        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
+            Box::pin(async move { delete_key(self.master(), name) })
+        }
     }
-    fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move { self.0.iter().for_each(|s| delete_key(s, name)) })
+
+    pub struct Cluster(RedisCluster);
+
+    impl Deployment for Cluster {
+        fn urls(&self) -> Vec<String> {
+            vec![self.0.url()]
+        }
+        fn caps(&self) -> Caps {
+            REDIS
+        }
+        fn bad_urls(&self) -> Vec<Vec<String>> {
+            vec![
+                vec![format!("{}/0", self.0.url())], // a cluster has no database
+                vec!["redis+cluster://".into()],
+            ]
+        }
+        fn pause(&self) {
+            self.0.nodes.iter().for_each(RedisServer::pause);
+        }
+        fn resume(&self) {
+            self.0.nodes.iter().for_each(RedisServer::resume);
+        }
+        fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
+            Box::pin(async move {
+                let master = self.0.master_of(self.0.slot(name)).expect("slot master");
+                delete_key(master, name)
+            })
+        }
+    }
+
+    /// Another client's forced unlock deletes the holder's node or key (the services whose locks
+    /// belong to a session: ZooKeeper, etcd).
+    pub async fn single() -> Single {
+        Single(common::server())
+    }
+
+    pub async fn redlock() -> RedLock {
+        RedLock(common::servers(3))
+    }
+
+    pub async fn sentinel() -> Sentinel {
+        let set = tokio::task::spawn_blocking(SentinelSet::start)
+            .await
+            .unwrap()
+            .expect("start a Sentinel set");
+        Sentinel(set)
+    }
+
+    pub async fn cluster() -> Cluster {
+        let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .unwrap()
+            .expect("start a Redis Cluster");
+        Cluster(cluster)
     }
 }
 
-struct Sentinel(SentinelSet);
-
-impl Sentinel {
-    fn master(&self) -> &RedisServer {
-        let port = self.0.master_port().expect("the sentinels name a master");
-        self.0
-            .servers
-            .iter()
-            .find(|s| s.port() == port)
-            .expect("the master is one of the set's servers")
-    }
-}
-
-impl Deployment for Sentinel {
-    fn urls(&self) -> Vec<String> {
-        vec![self.0.url()]
-    }
-    fn caps(&self) -> Caps {
-        REDIS
-    }
-    fn bad_urls(&self) -> Vec<Vec<String>> {
-        let url = self.0.url();
-        let (hosts, _master) = url.rsplit_once('/').unwrap();
-        vec![
-            vec![format!("{hosts}/")], // no master name
-            vec![hosts.to_string()],   // no path at all
-        ]
-    }
-    // The data servers only: the sentinels keep watching (a pause stays far below their
-    // 1 s down-after), so no failover starts.
-    fn pause(&self) {
-        self.0.servers.iter().for_each(RedisServer::pause);
-    }
-    fn resume(&self) {
-        self.0.servers.iter().for_each(RedisServer::resume);
-    }
-    fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move { delete_key(self.master(), name) })
-    }
-}
-
-struct Cluster(RedisCluster);
-
-impl Deployment for Cluster {
-    fn urls(&self) -> Vec<String> {
-        vec![self.0.url()]
-    }
-    fn caps(&self) -> Caps {
-        REDIS
-    }
-    fn bad_urls(&self) -> Vec<Vec<String>> {
-        vec![
-            vec![format!("{}/0", self.0.url())], // a cluster has no database
-            vec!["redis+cluster://".into()],
-        ]
-    }
-    fn pause(&self) {
-        self.0.nodes.iter().for_each(RedisServer::pause);
-    }
-    fn resume(&self) {
-        self.0.nodes.iter().for_each(RedisServer::resume);
-    }
-    fn lose<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let master = self.0.master_of(self.0.slot(name)).expect("slot master");
-            delete_key(master, name)
-        })
-    }
-}
-
-/// Another client's forced unlock deletes the holder's node or key (the services whose locks
-/// belong to a session: ZooKeeper, etcd).
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 async fn force_unlock(urls: Vec<String>, name: &str) {
     let other = try_connect(&urls, ClientOptions::default())
@@ -425,30 +456,6 @@ mod etcd {
             bad_urls,
         }
     }
-}
-
-async fn single() -> Single {
-    Single(common::server())
-}
-
-async fn redlock() -> RedLock {
-    RedLock(common::servers(3))
-}
-
-async fn sentinel() -> Sentinel {
-    let set = tokio::task::spawn_blocking(SentinelSet::start)
-        .await
-        .unwrap()
-        .expect("start a Sentinel set");
-    Sentinel(set)
-}
-
-async fn cluster() -> Cluster {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-        .await
-        .unwrap()
-        .expect("start a Redis Cluster");
-    Cluster(cluster)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -966,10 +973,14 @@ macro_rules! conformance {
 }
 
 conformance! {
-    conformance_redis_single => single();
-    conformance_redlock_three_servers => redlock();
-    conformance_redis_sentinel => sentinel();
-    conformance_redis_cluster => cluster();
+    #[cfg(feature = "redis")]
+    conformance_redis_single => redis_family::single();
+    #[cfg(feature = "redis")]
+    conformance_redlock_three_servers => redis_family::redlock();
+    #[cfg(feature = "redis")]
+    conformance_redis_sentinel => redis_family::sentinel();
+    #[cfg(feature = "redis")]
+    conformance_redis_cluster => redis_family::cluster();
     #[cfg(feature = "zookeeper")]
     conformance_zookeeper_standalone => zk::standalone();
     #[cfg(feature = "zookeeper")]

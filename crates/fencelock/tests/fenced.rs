@@ -1,4 +1,5 @@
 //! Fenced resources on real servers: the Redis register and the SQL update on PostgreSQL.
+#![cfg(feature = "redis")]
 
 use std::time::Duration;
 

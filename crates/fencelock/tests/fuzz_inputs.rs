@@ -7,6 +7,7 @@
 //! compiled into this test as modules of its own (`#[path]`): the code under test is the
 //! library's, byte for byte, and `crate::error::InputError` resolves to the library's type
 //! through the `error` module below. (Their own unit tests come along and run here too.)
+#![cfg(feature = "redis")]
 
 mod common;
 
@@ -19,6 +20,11 @@ use proptest::test_runner::{Config, TestRunner};
 /// What the included sources call `crate::error`.
 mod error {
     pub use fencelock::InputError;
+}
+
+/// What the included sources call `crate::redact`.
+mod redact {
+    pub use fencelock::redact_url;
 }
 
 #[allow(dead_code)]

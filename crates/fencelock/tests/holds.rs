@@ -1,5 +1,6 @@
 //! A release, renewal, heal or undo acts only on the hold it belongs to: a stale guard, a lost
 //! attempt or a given-up wait never touches a newer holding (issue 9, items 1-6).
+#![cfg(feature = "redis")]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Bad input is rejected with a typed error, before any I/O.
+#![cfg(feature = "redis")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! What the scripts do with keys they did not write: a key of the wrong type is named and
 //! nothing is changed; fencing tokens stay exact up to 2^64 - 1 and never repeat (issue 9,
 //! items 8 and 9).
+#![cfg(feature = "redis")]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! The lock on one real Redis server: exclusion, re-entry, ownership, leases, tokens.
+#![cfg(feature = "redis")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The server-side wait queue: waiters of different clients are served in arrival order, the
 //! release script hands the lock over (one command per handover), and places of waiters that
 //! gave up or died do not block the lock.
+#![cfg(feature = "redis")]
 
 mod common;
 

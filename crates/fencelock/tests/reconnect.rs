@@ -1,6 +1,7 @@
 //! Connections the server closes (its `timeout` for idle clients, `CLIENT KILL`) are not
 //! errors for the caller: they are replaced, channels are subscribed again, and requests that
 //! may be sent twice are sent once more on the fresh connection.
+#![cfg(feature = "redis")]
 
 mod common;
 

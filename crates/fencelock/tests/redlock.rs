@@ -1,4 +1,5 @@
 //! RedLock over independent real servers: quorum, parallelism, clean-up, tokens, renewals.
+#![cfg(feature = "redis")]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Sentinel: the client follows the master through a failover; WAIT-based replica acks.
+#![cfg(feature = "redis")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! `status` shows the server's wait queue: the waiters in arrival order with the age of each
 //! place and how long it stays valid, places whose window ran out (dead waiters) marked as
 //! expired, and queue entries that cannot be read shown as such, never as a failed status.
+#![cfg(feature = "redis")]
 
 mod common;
 

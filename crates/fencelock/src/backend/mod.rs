@@ -24,13 +24,12 @@ use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 pub(crate) mod etcd;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod holdings;
+#[cfg(feature = "redis")]
 pub(crate) mod redis;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod session_holds;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
-
-pub(crate) use self::redis::server::RawStatus;
 
 /// What the client lends every service: its timers, its background task, the attempts it
 /// gave up, and its options.
@@ -41,7 +40,20 @@ pub(crate) struct Ctx {
     pub(crate) options: ClientOptions,
 }
 
+/// A lock's state as the service has it, for `status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawStatus {
+    pub(crate) remaining: Option<Duration>,
+    pub(crate) held: bool,
+    pub(crate) last_token: Option<u64>,
+    pub(crate) current_token: Option<u64>,
+    pub(crate) owners: Vec<(String, u64)>,
+    /// The wait queue in arrival order (always empty with RedLock).
+    pub(crate) waiters: Vec<crate::status::Waiter>,
+}
+
 /// What an acquire asks for.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) struct LockRequest<'a> {
     pub(crate) keys: &'a Arc<LockKeys>,
     pub(crate) owner: &'a Arc<str>,
@@ -99,6 +111,7 @@ pub enum Released {
 /// The coordination service behind a client.
 pub(crate) enum Service {
     /// Redis: one server, Sentinel, Cluster, or RedLock over several servers.
+    #[cfg(feature = "redis")]
     Redis(redis::RedisFamily),
     /// ZooKeeper (feature `zookeeper`): Curator's lock layout, one session per client.
     #[cfg(feature = "zookeeper")]
@@ -112,6 +125,7 @@ impl Service {
     /// Where the service is, for errors and logs.
     pub(crate) fn server(&self) -> String {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => r.server(),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.server(),
@@ -124,6 +138,7 @@ impl Service {
     /// before any I/O.
     pub(crate) fn check_name(&self, name: &str) -> Result<(), InputError> {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => r.check_name(name),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.check_name(name),
@@ -135,6 +150,7 @@ impl Service {
     /// Options that only some services understand are checked here, before any I/O.
     pub(crate) fn check(&self, options: &LockOptions, lease: Duration) -> Result<(), InputError> {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => r.check(options, lease),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.check(options, lease),
@@ -156,6 +172,7 @@ impl Service {
         wait: Wait,
     ) -> BoxFuture<'a, Result<Acquired, Error>> {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => Box::pin(r.acquire(ctx, request, wait)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.acquire(ctx, request, wait)),
@@ -171,6 +188,7 @@ impl Service {
         hold: &'a Arc<LeaseState>,
     ) -> BoxFuture<'a, Result<Released, Error>> {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => Box::pin(r.release(ctx, hold)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.release(ctx, hold)),
@@ -182,6 +200,7 @@ impl Service {
     /// Gives back a guard's hold in the background (a guard dropped without `release`).
     pub(crate) fn release_later(&self, ctx: &Ctx, hold: &Arc<LeaseState>) {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => r.release_later(ctx, hold),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => z.release_later(ctx, hold),
@@ -197,6 +216,7 @@ impl Service {
         owner: &'a Arc<str>,
     ) -> BoxFuture<'a, Result<Released, Error>> {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => Box::pin(r.release_owner(keys, owner)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.release_owner(keys, owner)),
@@ -206,12 +226,14 @@ impl Service {
     }
 
     /// Extends a hold's lease to at least `lease` while the hold is live.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
     pub(crate) fn extend<'a>(
         &'a self,
         hold: &'a Arc<LeaseState>,
         lease: Duration,
     ) -> BoxFuture<'a, Result<Renewal, Error>> {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => Box::pin(r.extend(hold, lease)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(std::future::ready(z.extend())),
@@ -221,8 +243,10 @@ impl Service {
     }
 
     /// Renews the holds the watchdog found due.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
     pub(crate) fn renew(&self, holds: Vec<Arc<LeaseState>>) -> BoxFuture<'_, Renewals> {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => Box::pin(r.renew(holds)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(std::future::ready(z.renew())),
@@ -237,6 +261,7 @@ impl Service {
         keys: &'a Arc<LockKeys>,
     ) -> BoxFuture<'a, Result<RawStatus, Error>> {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => Box::pin(r.status(keys)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.status(keys)),
@@ -251,6 +276,7 @@ impl Service {
         keys: &'a Arc<LockKeys>,
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
         match self {
+            #[cfg(feature = "redis")]
             Service::Redis(r) => Box::pin(r.force_unlock(keys)),
             #[cfg(feature = "zookeeper")]
             Service::ZooKeeper(z) => Box::pin(z.force_unlock(keys)),

@@ -7,8 +7,9 @@
 //! lower than the highest it has accepted. This module gives that check for two kinds of
 //! store:
 //!
-//! - [`FencedRegister`]: a value in Redis, written by one Lua script that compares and
-//!   records the token atomically. Use it in front of your own keys.
+//! - `FencedRegister` (cargo feature `redis`, a default): a value in Redis, written by one
+//!   Lua script that compares and records the token atomically. Use it in front of your own
+//!   keys.
 //! - [`FencedUpdate`]: the same check for SQL stores, as one `UPDATE … WHERE fence <= token`
 //!   statement, built for you, with its outcome mapped from the number of rows it changed.
 //!
@@ -16,9 +17,11 @@
 //! service to another (Redis to ZooKeeper, say), reset its recorded token, since the numbers
 //! are unrelated.
 
+#[cfg(feature = "redis")]
 mod register;
 mod sql;
 
+#[cfg(feature = "redis")]
 pub use register::{Fenced, FencedRegister};
 pub use sql::{FencedUpdate, NotUnique, Param, Placeholders};
 

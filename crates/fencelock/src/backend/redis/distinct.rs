@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use redis::ConnectionAddr;
 
-use super::url::{parse_target, redact_url, Target};
+use super::url::{parse_target, Target};
 use crate::error::InputError;
+use crate::redact::redact_url;
 
 /// One server identity of a RedLock URL: a resolved address, the host name as written
 /// (lower-cased; what is compared when resolution fails), or a unix socket path.

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::redlock::RedLock;
-use super::server::{RawStatus, RedisBackend, ReplicaAcks};
+use super::server::{RedisBackend, ReplicaAcks};
+use crate::backend::RawStatus;
 use crate::backend::Released;
 use crate::error::Error;
 use crate::lease::{LeaseState, Renewal};

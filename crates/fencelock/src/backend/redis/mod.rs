@@ -14,9 +14,10 @@ use std::time::Duration;
 use self::acquire::{Ask, Attempted};
 use self::engine::{Engine, ReleaseSink};
 use self::redlock::RedLock;
-use self::server::{RawStatus, RedisBackend, ReplicaAcks};
+use self::server::{RedisBackend, ReplicaAcks};
 use self::waiters::WaitRegistry;
 use super::{Acquired, Ctx, LockRequest, Released, Wait};
+use crate::backend::RawStatus;
 use crate::background::Background;
 use crate::error::{Error, InputError};
 use crate::lease::{LeaseState, Renewal};
@@ -32,8 +33,6 @@ mod redlock;
 pub(crate) mod server;
 mod url;
 mod waiters;
-
-pub use url::redact_url;
 
 /// The Redis lock service of one client.
 pub(crate) struct RedisFamily {

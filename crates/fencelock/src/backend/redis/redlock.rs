@@ -16,7 +16,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use super::engine::{AcquireReply, Attempt, Queueing, ReleaseSink, RenewItem};
-use super::server::{RawStatus, RedisBackend};
+use super::server::RedisBackend;
+use crate::backend::RawStatus;
 use crate::backend::Released;
 use crate::background::Background;
 use crate::error::{Error, ServerOutcome};

@@ -9,32 +9,21 @@ use std::time::Duration;
 use redis::{RedisError, Value};
 
 use super::engine::{AcquireReply, Attempt, ReleaseSink};
-use crate::backend::Released;
+use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::lease::{LeaseState, Renewal};
 use crate::name::LockKeys;
 use crate::options::ClientOptions;
 
 use super::conn::{ClusterConn, Node, SentinelConn};
-use super::url::{self, redact_url};
+use super::url;
+use crate::redact::redact_url;
 
 mod exec;
 mod scripts;
 
 use exec::{Conn, Lent, Master, Resend};
 use scripts::{evalsha, hold_count, renewal, scripts};
-
-/// A lock's state as the server has it, for `status`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RawStatus {
-    pub(crate) remaining: Option<Duration>,
-    pub(crate) held: bool,
-    pub(crate) last_token: Option<u64>,
-    pub(crate) current_token: Option<u64>,
-    pub(crate) owners: Vec<(String, u64)>,
-    /// The wait queue in arrival order (always empty with RedLock).
-    pub(crate) waiters: Vec<crate::status::Waiter>,
-}
 
 /// One Redis deployment that behaves as one server for a lock: a single server, the master
 /// of a Sentinel set, or a Redis Cluster (each lock lives in one slot).

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use super::RawStatus;
 use crate::backend::redis::engine::AcquireReply;
+use crate::backend::RawStatus;
 use crate::lease::Renewal;
 
 /// A Lua script: its SHA for EVALSHA, and its source for SCRIPT LOAD after NOSCRIPT.

@@ -1,0 +1,31 @@
+//! A build without a service's cargo feature refuses that service's URLs before any I/O, with
+//! an input error that names the feature (README, "Cargo features"). CI runs this file in a
+//! ZooKeeper-only and an etcd-only build; with every feature on there is nothing to refuse.
+
+use fencelock::{Client, Error, InputError};
+
+/// Each service's URL scheme, and whether this build has it.
+const SERVICES: [(&str, &str, bool); 3] = [
+    ("redis://127.0.0.1:1", "redis", cfg!(feature = "redis")),
+    ("zk://127.0.0.1:1", "zookeeper", cfg!(feature = "zookeeper")),
+    ("etcd://127.0.0.1:1", "etcd", cfg!(feature = "etcd")),
+];
+
+#[tokio::test]
+async fn urls_of_services_left_out_are_refused_by_name() {
+    for (url, feature, built) in SERVICES {
+        if built {
+            continue;
+        }
+        let result = tokio::time::timeout(std::time::Duration::from_secs(5), Client::connect(url))
+            .await
+            .expect("refused before any I/O");
+        match result {
+            Err(Error::InvalidInput(InputError::InvalidUrl { reason, .. })) => assert!(
+                reason.contains(&format!("`{feature}`")),
+                "{url}: the reason should name the feature: {reason}"
+            ),
+            other => panic!("{url} in a build without `{feature}`: {:?}", other.err()),
+        }
+    }
+}
