@@ -279,16 +279,18 @@ async fn paused_server_fires_lost_before_another_client_acquires() {
 }
 
 /// A lease revoked behind the holder's back (an operator, `etcdctl lease revoke`) fires
-/// `lost()`, and the client refuses new attempts with its lease gone.
+/// `lost()`; the client then grants itself a new lease at its next operation (as it does
+/// after an expiry), so it locks again, with a larger token and a key of the new lease, and
+/// the old guard's release finds nothing to give back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn revoked_lease_fires_lost() {
+async fn revoked_lease_fires_lost_and_the_client_goes_on_with_a_new_one() {
     let etcd = server();
     let (url, eps) = (etcd.url(), etcd.endpoints());
     within(30.0, "revoke", async {
         let a = client(&url, 10_000).await;
         let held = a.lock("r").acquire().await.unwrap();
-        let (_, _, lease) = keys(&eps, "r").await.remove(0);
-        let lease = format!("{lease:x}");
+        let (_, _, old_lease) = keys(&eps, "r").await.remove(0);
+        let lease = format!("{old_lease:x}");
         let eps2 = eps.clone();
         tokio::task::spawn_blocking(move || etcdctl(&eps2, &["lease", "revoke", &lease]))
             .await
@@ -297,8 +299,20 @@ async fn revoked_lease_fires_lost() {
         within(5.0, "lost after the revoke", held.lost()).await;
         assert!(!held.is_held());
         assert!(keys(&eps, "r").await.is_empty());
-        let again = a.lock("r2").try_acquire().await;
-        assert!(matches!(again, Err(Error::Unavailable { .. })), "{again:?}");
+        let again = a.lock("r").try_acquire().await.unwrap().expect("free");
+        assert!(again.fencing_token() > held.fencing_token());
+        let (_, _, new_lease) = keys(&eps, "r").await.remove(0);
+        assert_ne!(new_lease, old_lease, "the key is of a new lease");
+        let other = client(&url, 10_000).await;
+        let busy = other.lock("r").try_acquire().await.unwrap();
+        assert!(busy.is_err(), "the new holding excludes others");
+        assert_eq!(held.release().await.unwrap(), Released::NotHeld);
+        assert!(
+            again.is_held(),
+            "the old guard's release left the new holding alone"
+        );
+        assert_eq!(again.release().await.unwrap(), Released::Released);
+        assert!(keys(&eps, "r").await.is_empty());
     })
     .await;
 }

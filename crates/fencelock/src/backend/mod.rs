@@ -20,6 +20,8 @@ use crate::name::LockKeys;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) mod current;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]

@@ -21,6 +21,7 @@ use std::time::Duration;
 use self::recipe::{Entry, Place, Wake};
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
+use super::current::{Current, Ends};
 use super::holdings::Holdings;
 use super::{Acquired, Ctx, Held, LockRequest, RawStatus, Released, Wait};
 use crate::background::Background;
@@ -45,7 +46,10 @@ const SERVICE: &str = "etcd";
 
 /// The etcd lock service of one client.
 pub(crate) struct Etcd {
-    inner: Arc<Inner>,
+    /// The current lease with its holdings, replaced by a new one once it has ended.
+    current: Current<Inner>,
+    target: url::EtcdTarget,
+    options: ClientOptions,
 }
 
 /// What background work needs of the service.
@@ -58,7 +62,7 @@ struct Inner {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        self.inner.session.stop();
+        self.current.now().session.stop();
     }
 }
 
@@ -79,19 +83,33 @@ impl Etcd {
             }
             .into());
         }
-        let (session, warnings) = Session::connect(&target, options).await?;
-        let inner = Arc::new(Inner {
-            session,
-            holdings: Holdings::default(),
-            slots: Slots::default(),
-            prefix: target.prefix,
-        });
-        tokio::spawn(audit::audit(Arc::downgrade(&inner)));
-        Ok((Self { inner }, warnings))
+        let (inner, warnings) = Inner::open(&target, options).await?;
+        let service = Self {
+            current: Current::new(inner),
+            target,
+            options: options.clone(),
+        };
+        Ok((service, warnings))
+    }
+
+    /// The current lease, or a new one if it has ended (expired or revoked).
+    async fn inner(&self) -> Result<Arc<Inner>, Error> {
+        let (target, options) = (&self.target, &self.options);
+        self.current
+            .live(|ended| async move {
+                let (fresh, _) = Inner::open(target, options).await?;
+                tracing::info!(
+                    old = format_args!("{:x}", ended.session.lease),
+                    new = format_args!("{:x}", fresh.session.lease),
+                    "etcd lease ended; granted a new one"
+                );
+                Ok(fresh)
+            })
+            .await
     }
 
     pub(crate) fn server(&self) -> String {
-        self.inner.session.server.clone()
+        self.current.now().session.server.clone()
     }
 
     /// Options that mean nothing here are refused: the client's lease is the lock's.
@@ -124,7 +142,7 @@ impl Etcd {
         request: &LockRequest<'_>,
         wait: Wait,
     ) -> Result<Acquired, Error> {
-        self.inner.acquire(ctx, request, wait).await
+        self.inner().await?.acquire(ctx, request, wait).await
     }
 
     pub(crate) async fn release(
@@ -132,8 +150,10 @@ impl Etcd {
         _ctx: &Ctx,
         lease: &Arc<LeaseState>,
     ) -> Result<Released, Error> {
+        // A hold of an ended lease is in no later lease's holdings: `NotHeld`.
         let hold = &lease.hold;
-        self.inner
+        self.current
+            .now()
             .give_back(&hold.keys.name, &hold.owner, Some(hold.id))
             .await
     }
@@ -141,7 +161,7 @@ impl Etcd {
     /// [`Etcd::release`] in the background (a guard dropped without `release`).
     pub(crate) fn release_later(&self, ctx: &Ctx, lease: &Arc<LeaseState>) {
         let (inner, lease, background) =
-            (self.inner.clone(), lease.clone(), ctx.background.clone());
+            (self.current.now(), lease.clone(), ctx.background.clone());
         ctx.background.finish(async move {
             let hold = &lease.hold;
             let given = inner.give_back(&hold.keys.name, &hold.owner, Some(hold.id)).await;
@@ -157,7 +177,7 @@ impl Etcd {
         keys: &Arc<LockKeys>,
         owner: &Arc<str>,
     ) -> Result<Released, Error> {
-        self.inner.release_owner(&keys.name, owner).await
+        self.inner().await?.release_owner(&keys.name, owner).await
     }
 
     pub(crate) fn extend(&self) -> Result<Renewal, Error> {
@@ -178,14 +198,14 @@ impl Etcd {
     }
 
     pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
-        self.inner.status(&keys.name).await
+        self.inner().await?.status(&keys.name).await
     }
 
     pub(crate) async fn force_unlock(
         &self,
         keys: &Arc<LockKeys>,
     ) -> Result<Vec<(String, u64)>, Error> {
-        self.inner.force_unlock(&keys.name).await
+        self.inner().await?.force_unlock(&keys.name).await
     }
 }
 
@@ -232,7 +252,33 @@ impl Drop for Attempt {
     }
 }
 
+impl Ends for Inner {
+    fn has_ended(&self) -> bool {
+        self.session.ended.is_cancelled()
+    }
+
+    fn stop(&self) {
+        self.session.stop();
+    }
+}
+
 impl Inner {
+    /// Grants a lease and starts the audit of its holdings.
+    async fn open(
+        target: &url::EtcdTarget,
+        options: &ClientOptions,
+    ) -> Result<(Arc<Self>, Vec<String>), Error> {
+        let (session, warnings) = Session::connect(target, options).await?;
+        let inner = Arc::new(Inner {
+            session,
+            holdings: Holdings::default(),
+            slots: Slots::default(),
+            prefix: target.prefix.clone(),
+        });
+        tokio::spawn(audit::audit(Arc::downgrade(&inner)));
+        Ok((inner, warnings))
+    }
+
     /// An etcd failure as fencelock's error.
     fn fail(&self, lock: Option<&str>, fault: Fault) -> Error {
         let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());

@@ -21,6 +21,7 @@ use zookeeper_client as zk;
 
 use self::recipe::{Node, Place};
 use self::session::Session;
+use super::current::{Current, Ends};
 use super::holdings::Holdings;
 use super::{Acquired, Ctx, Held, LockRequest, RawStatus, Released, Wait};
 use crate::background::Background;
@@ -43,12 +44,8 @@ const SERVICE: &str = "ZooKeeper";
 
 /// The ZooKeeper lock service of one client.
 pub(crate) struct ZooKeeper {
-    /// The current session with its holdings. Replaced when the session has ended (expired
-    /// or closed): its holds were told at once, and the next operation opens a new session,
-    /// so that a client outlives an expiry as Curator's does.
-    current: std::sync::Mutex<Arc<Inner>>,
-    /// Only one operation opens the next session.
-    reopening: tokio::sync::Mutex<()>,
+    /// The current session with its holdings, replaced by a new one once it has ended.
+    current: Current<Inner>,
     target: url::ZkTarget,
     options: ClientOptions,
 }
@@ -75,8 +72,7 @@ impl ZooKeeper {
         let target = url::parse_target(url)?;
         let (inner, warnings) = Inner::open(&target, options).await?;
         let service = Self {
-            current: std::sync::Mutex::new(inner),
-            reopening: tokio::sync::Mutex::new(()),
+            current: Current::new(inner),
             target,
             options: options.clone(),
         };
@@ -85,32 +81,23 @@ impl ZooKeeper {
 
     /// The current session, as it is.
     fn now(&self) -> Arc<Inner> {
-        self.current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.current.now()
     }
 
     /// The current session, or a new one if it has ended.
     async fn inner(&self) -> Result<Arc<Inner>, Error> {
-        let inner = self.now();
-        if !inner.session.ended.is_cancelled() {
-            return Ok(inner);
-        }
-        let _one = self.reopening.lock().await;
-        let inner = self.now();
-        if !inner.session.ended.is_cancelled() {
-            return Ok(inner);
-        }
-        let (fresh, _) = Inner::open(&self.target, &self.options).await?;
-        tracing::info!(
-            old = %zk::SessionId(inner.session.id),
-            new = %zk::SessionId(fresh.session.id),
-            "ZooKeeper session ended; opened a new one"
-        );
-        inner.session.stop();
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = fresh.clone();
-        Ok(fresh)
+        let (target, options) = (&self.target, &self.options);
+        self.current
+            .live(|ended| async move {
+                let (fresh, _) = Inner::open(target, options).await?;
+                tracing::info!(
+                    old = %zk::SessionId(ended.session.id),
+                    new = %zk::SessionId(fresh.session.id),
+                    "ZooKeeper session ended; opened a new one"
+                );
+                Ok(fresh)
+            })
+            .await
     }
 
     pub(crate) fn server(&self) -> String {
@@ -287,6 +274,16 @@ impl Drop for Attempt {
                 tracing::warn!(dir, error = %e, "undo of a given-up attempt failed; its node goes with the session");
             }
         });
+    }
+}
+
+impl Ends for Inner {
+    fn has_ended(&self) -> bool {
+        self.session.ended.is_cancelled()
+    }
+
+    fn stop(&self) {
+        self.session.stop();
     }
 }
 
