@@ -6,41 +6,64 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use crate::error::Error;
+use crate::options::ClientOptions;
 
-/// What can end: a session or a lease, with what lives in it.
-pub(crate) trait Ends {
+/// A session or a lease, with what lives in it.
+pub(crate) trait Ends: Sized + Send + Sync {
+    /// Where it is opened (the servers, the base path or prefix).
+    type Target: Send + Sync;
+    /// What it is, for logs: "ZooKeeper session", "etcd lease".
+    const WHAT: &'static str;
+    /// Opens one, with warnings for the caller of `connect`.
+    fn open(
+        target: &Self::Target,
+        options: &ClientOptions,
+    ) -> impl Future<Output = Result<(Arc<Self>, Vec<String>), Error>> + Send;
     /// Whether it has ended (expired, revoked or closed) for good.
     fn has_ended(&self) -> bool;
     /// Stops its background work (keep-alives, watches).
     fn stop(&self);
+    /// Its id, for logs.
+    fn id(&self) -> i64;
 }
 
-/// The current one, and the lock that lets only one operation open the next.
-pub(crate) struct Current<T> {
+/// The current one, what opens the next, and the lock that lets only one operation open it.
+pub(crate) struct Current<T: Ends> {
     now: Mutex<Arc<T>>,
     reopening: tokio::sync::Mutex<()>,
+    target: T::Target,
+    options: ClientOptions,
 }
 
 impl<T: Ends> Current<T> {
-    pub(crate) fn new(first: Arc<T>) -> Self {
-        Self {
+    /// Opens the first one.
+    pub(crate) async fn open(
+        target: T::Target,
+        options: &ClientOptions,
+    ) -> Result<(Self, Vec<String>), Error> {
+        let (first, warnings) = T::open(&target, options).await?;
+        let current = Self {
             now: Mutex::new(first),
             reopening: tokio::sync::Mutex::new(()),
-        }
+            target,
+            options: options.clone(),
+        };
+        Ok((current, warnings))
     }
 
-    /// The current one, as it is (ended or not): releases and status use it, since a hold of
-    /// an ended one is in no later one's holdings.
+    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+    pub(crate) fn target(&self) -> &T::Target {
+        &self.target
+    }
+
+    /// The current one, as it is (ended or not): releases use it, since a hold of an ended
+    /// one is in no later one's holdings.
     pub(crate) fn now(&self) -> Arc<T> {
         self.now.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The current one, or, if it has ended, the next one that `open` makes.
-    pub(crate) async fn live<F, Fut>(&self, open: F) -> Result<Arc<T>, Error>
-    where
-        F: FnOnce(Arc<T>) -> Fut,
-        Fut: Future<Output = Result<Arc<T>, Error>>,
-    {
+    /// The current one, or, if it has ended, the next one.
+    pub(crate) async fn live(&self) -> Result<Arc<T>, Error> {
         let now = self.now();
         if !now.has_ended() {
             return Ok(now);
@@ -50,9 +73,21 @@ impl<T: Ends> Current<T> {
         if !now.has_ended() {
             return Ok(now);
         }
-        let fresh = open(now.clone()).await?;
+        let (fresh, _) = T::open(&self.target, &self.options).await?;
+        tracing::info!(
+            old = format_args!("{:#x}", now.id()),
+            new = format_args!("{:#x}", fresh.id()),
+            "{} ended; opened a new one",
+            T::WHAT
+        );
         now.stop();
         *self.now.lock().unwrap_or_else(|e| e.into_inner()) = fresh.clone();
         Ok(fresh)
+    }
+}
+
+impl<T: Ends> Drop for Current<T> {
+    fn drop(&mut self) {
+        self.now().stop();
     }
 }

@@ -48,8 +48,6 @@ const SERVICE: &str = "etcd";
 pub(crate) struct Etcd {
     /// The current lease with its holdings, replaced by a new one once it has ended.
     current: Current<Inner>,
-    target: url::EtcdTarget,
-    options: ClientOptions,
 }
 
 /// What background work needs of the service.
@@ -58,12 +56,6 @@ struct Inner {
     holdings: Holdings,
     slots: Slots,
     prefix: String,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        self.current.now().session.stop();
-    }
 }
 
 impl Etcd {
@@ -83,29 +75,13 @@ impl Etcd {
             }
             .into());
         }
-        let (inner, warnings) = Inner::open(&target, options).await?;
-        let service = Self {
-            current: Current::new(inner),
-            target,
-            options: options.clone(),
-        };
-        Ok((service, warnings))
+        let (current, warnings) = Current::open(target, options).await?;
+        Ok((Self { current }, warnings))
     }
 
     /// The current lease, or a new one if it has ended (expired or revoked).
     async fn inner(&self) -> Result<Arc<Inner>, Error> {
-        let (target, options) = (&self.target, &self.options);
-        self.current
-            .live(|ended| async move {
-                let (fresh, _) = Inner::open(target, options).await?;
-                tracing::info!(
-                    old = format_args!("{:x}", ended.session.lease),
-                    new = format_args!("{:x}", fresh.session.lease),
-                    "etcd lease ended; granted a new one"
-                );
-                Ok(fresh)
-            })
-            .await
+        self.current.live().await
     }
 
     pub(crate) fn server(&self) -> String {
@@ -253,6 +229,20 @@ impl Drop for Attempt {
 }
 
 impl Ends for Inner {
+    type Target = url::EtcdTarget;
+    const WHAT: &'static str = "etcd lease";
+
+    async fn open(
+        target: &url::EtcdTarget,
+        options: &ClientOptions,
+    ) -> Result<(Arc<Self>, Vec<String>), Error> {
+        Inner::open(target, options).await
+    }
+
+    fn id(&self) -> i64 {
+        self.session.lease
+    }
+
     fn has_ended(&self) -> bool {
         self.session.ended.is_cancelled()
     }

@@ -46,8 +46,6 @@ const SERVICE: &str = "ZooKeeper";
 pub(crate) struct ZooKeeper {
     /// The current session with its holdings, replaced by a new one once it has ended.
     current: Current<Inner>,
-    target: url::ZkTarget,
-    options: ClientOptions,
 }
 
 /// One session and what lives in it; background work holds it.
@@ -57,12 +55,6 @@ struct Inner {
     base: String,
 }
 
-impl Drop for ZooKeeper {
-    fn drop(&mut self) {
-        self.now().session.stop();
-    }
-}
-
 impl ZooKeeper {
     /// Opens the client's session and makes sure the base path exists.
     pub(crate) async fn connect(
@@ -70,13 +62,8 @@ impl ZooKeeper {
         options: &ClientOptions,
     ) -> Result<(Self, Vec<String>), Error> {
         let target = url::parse_target(url)?;
-        let (inner, warnings) = Inner::open(&target, options).await?;
-        let service = Self {
-            current: Current::new(inner),
-            target,
-            options: options.clone(),
-        };
-        Ok((service, warnings))
+        let (current, warnings) = Current::open(target, options).await?;
+        Ok((Self { current }, warnings))
     }
 
     /// The current session, as it is.
@@ -86,22 +73,11 @@ impl ZooKeeper {
 
     /// The current session, or a new one if it has ended.
     async fn inner(&self) -> Result<Arc<Inner>, Error> {
-        let (target, options) = (&self.target, &self.options);
-        self.current
-            .live(|ended| async move {
-                let (fresh, _) = Inner::open(target, options).await?;
-                tracing::info!(
-                    old = %zk::SessionId(ended.session.id),
-                    new = %zk::SessionId(fresh.session.id),
-                    "ZooKeeper session ended; opened a new one"
-                );
-                Ok(fresh)
-            })
-            .await
+        self.current.live().await
     }
 
     pub(crate) fn server(&self) -> String {
-        self.target.hosts.clone()
+        self.current.target().hosts.clone()
     }
 
     /// A lock name must be one node below the base path.
@@ -278,6 +254,20 @@ impl Drop for Attempt {
 }
 
 impl Ends for Inner {
+    type Target = url::ZkTarget;
+    const WHAT: &'static str = "ZooKeeper session";
+
+    async fn open(
+        target: &url::ZkTarget,
+        options: &ClientOptions,
+    ) -> Result<(Arc<Self>, Vec<String>), Error> {
+        Inner::open(target, options).await
+    }
+
+    fn id(&self) -> i64 {
+        self.session.id
+    }
+
     fn has_ended(&self) -> bool {
         self.session.ended.is_cancelled()
     }
