@@ -6,7 +6,7 @@
 //! cargo run --release --manifest-path crates/fencelock-bench/Cargo.toml -- [--secs 2] [--rounds 3] [--callgrind]
 //!     [--json target/bench-rslock.json] [--markdown docs/PERFORMANCE-rslock.md]
 //! ```
-//! `--only uncontended,distinct,contended,redlock` runs some scenarios. `--callgrind` adds the
+//! `--only uncontended,distinct,contended,redlock,script_costs` runs some scenarios. `--callgrind` adds the
 //! instructions (and allocations) per uncontended pair, counted by valgrind.
 
 mod libs;
@@ -114,6 +114,13 @@ fn main() {
         });
         report.insert(name.into(), result);
     }
+    if wanted("script_costs") {
+        let costs: Vec<Value> = server::script_costs(one, n1 / 2)
+            .into_iter()
+            .map(|(what, us)| json!({"script": what, "us_per_call": us}))
+            .collect();
+        report.insert("script_costs".into(), json!(costs));
+    }
     if args.callgrind {
         report.insert("callgrind".into(), profile::measure(one));
     }
@@ -146,8 +153,10 @@ fn rounds(args: &Args, on: &[&RedisServer], run: impl Fn(Variant) -> Measured) -
             }
             let before: Vec<_> = on.iter().map(|s| server::counts(s)).collect();
             let cpu_before: f64 = on.iter().map(|s| server::cpu_us(s)).sum();
+            let scripts_before: f64 = on.iter().map(|s| server::script_us(s)).sum();
             let measured = run(variant);
             let cpu: f64 = on.iter().map(|s| server::cpu_us(s)).sum::<f64>() - cpu_before;
+            let scripts = on.iter().map(|s| server::script_us(s)).sum::<f64>() - scripts_before;
             let mut commands = BTreeMap::new();
             for (s, before) in on.iter().zip(&before) {
                 for (name, n) in server::per(before, &server::counts(s), measured.count) {
@@ -158,6 +167,7 @@ fn rounds(args: &Args, on: &[&RedisServer], run: impl Fn(Variant) -> Measured) -
             value["server_commands_per_op"] = json!(server::total(&commands));
             value["server_commands"] = json!(commands);
             value["server_cpu_us_per_op"] = json!(cpu / measured.count.max(1) as f64);
+            value["server_script_us_per_op"] = json!(scripts / measured.count.max(1) as f64);
             all.entry(variant.name()).or_default().push(value);
         }
     }

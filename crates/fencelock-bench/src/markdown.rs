@@ -45,7 +45,7 @@ fn throughput(md: &mut String, r: &Value, title: &str, note: &str) {
     if !note.is_empty() {
         let _ = writeln!(md, "{note}\n");
     }
-    md.push_str("| library | pairs/s | pair p50 (µs) | **ratio to rslock** (median of rounds) | server CPU / pair (µs) | server commands / pair |\n|---|---|---|---|---|---|\n");
+    md.push_str("| library | pairs/s | pair p50 (µs) | **ratio to rslock** (median of rounds) | server CPU / pair (µs) | in scripts / pair (µs) | server commands / pair |\n|---|---|---|---|---|---|---|\n");
     for v in Variant::ALL {
         let ratio = match v {
             Variant::Rslock => "1".to_owned(),
@@ -53,11 +53,12 @@ fn throughput(md: &mut String, r: &Value, title: &str, note: &str) {
         };
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {:.0} | {ratio} | {:.1} | {:.2} ({}) |",
+            "| {} | {:.0} | {:.0} | {ratio} | {:.1} | {:.1} | {:.2} ({}) |",
             v.name(),
             med(r, v, "pairs_per_sec"),
             med(r, v, "pair_p50_us"),
             med(r, v, "server_cpu_us_per_op"),
+            med(r, v, "server_script_us_per_op"),
             med(r, v, "server_commands_per_op"),
             breakdown(r, v)
         );
@@ -116,6 +117,23 @@ fn callgrind(md: &mut String, r: &Value) {
     md.push('\n');
 }
 
+/// What a script call costs the server, one call at a time.
+fn script_costs(md: &mut String, costs: &[Value]) {
+    md.push_str("## Where the server's time goes: one script call at a time\n\n");
+    md.push_str("`redis-benchmark -c 1` (no pipelining) sends each script to the same server, after \
+                 the scenarios; µs inside `EVALSHA` per call, from `INFO commandstats`. A Lua call \
+                 has a fixed cost, and each command a script runs adds to it: fencelock's \
+                 acquire runs six (`PTTL`, the counter's `GET`, `TIME`, its `SET`, `HSET`, `PEXPIRE`) \
+                 and its release two (`HMGET`, `DEL`), where rslock sends a plain `SET NX PX` and a \
+                 two-command release.\n\n| script | µs per call |\n|---|---|\n");
+    for cost in costs {
+        let what = cost["script"].as_str().unwrap_or("?");
+        let us = cost["us_per_call"].as_f64().unwrap_or(f64::NAN);
+        let _ = writeln!(md, "| {what} | {us:.1} |");
+    }
+    md.push('\n');
+}
+
 /// The whole page.
 pub fn render(r: &Value) -> String {
     let mut md = String::from("# fencelock beside rslock\n\n");
@@ -128,7 +146,9 @@ pub fn render(r: &Value) -> String {
                  default, a lease the watchdog renews; rslock has no watchdog and always runs with a 10 s TTL. \
                  Server commands are counted from `INFO commandstats`, so the commands a script runs \
                  (`HGET`, `PEXPIRE`, …) count too; server CPU is `INFO cpu` (user + system) over the \
-                 run, divided by the pairs. Ratios above 1 mean fencelock is faster.\n\n");
+                 run, divided by the pairs; \"in scripts\" is the server's time inside `EVALSHA` \
+                 (its `usec` in `INFO commandstats`, the commands a script runs included; rslock's \
+                 plain `SET NX PX` is not in it). Ratios above 1 mean fencelock is faster.\n\n");
     let c = &r["ceiling"];
     let ceiling = c["pairs_per_sec"].as_f64().unwrap_or(f64::NAN);
     let _ = writeln!(
@@ -173,6 +193,9 @@ pub fn render(r: &Value) -> String {
             "RedLock over 5 servers, one task, one client",
             "Commands are summed over the five servers.",
         );
+    }
+    if let Some(costs) = r["script_costs"].as_array() {
+        script_costs(&mut md, costs);
     }
     if r["callgrind"].is_object() {
         callgrind(&mut md, &r["callgrind"]);

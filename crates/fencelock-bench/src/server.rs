@@ -41,6 +41,24 @@ pub fn counts(server: &RedisServer) -> Counts {
         .collect()
 }
 
+/// Time the server spent inside scripts so far, in µs: `EVALSHA`'s `usec` in `INFO
+/// commandstats`, which includes the commands the scripts ran (a plain `SET NX PX` is not
+/// in it).
+pub fn script_us(server: &RedisServer) -> f64 {
+    let info = server
+        .command(&["INFO", "commandstats"])
+        .ok()
+        .and_then(|r| r.text())
+        .unwrap_or_default();
+    info.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("cmdstat_evalsha:")?;
+            let usec = rest.split(',').find_map(|f| f.strip_prefix("usec="))?;
+            usec.parse::<f64>().ok()
+        })
+        .sum()
+}
+
 /// The server's CPU time so far (user + system), in µs, from `INFO cpu`.
 pub fn cpu_us(server: &RedisServer) -> f64 {
     let info = server
@@ -90,6 +108,73 @@ pub fn redis_benchmark(server: &RedisServer, clients: u32, requests: u32, comman
         .unwrap_or_else(|| panic!("redis-benchmark said {text}"));
     let rps = line.split(',').nth(1).expect("a rate").trim_matches('"');
     rps.parse().expect("a number")
+}
+
+/// fencelock's acquire script, as the library sends it (lib.lua in front).
+const FENCELOCK_ACQUIRE: &str = concat!(
+    include_str!("../../fencelock/src/backend/redis/server/lib.lua"),
+    include_str!("../../fencelock/src/backend/redis/server/acquire.lua")
+);
+
+/// What one script call costs the server, one call at a time (`redis-benchmark -c 1`, no
+/// pipelining, so caches are as cold as in the scenarios): µs inside `EVALSHA` per call, from
+/// `INFO commandstats`. Where an uncontended pair's server time goes: the call itself, each
+/// command a script runs, and fencelock's acquire on a fresh lock. Resets the server's
+/// statistics: run it after the scenarios.
+pub fn script_costs(server: &RedisServer, requests: u32) -> Vec<(&'static str, f64)> {
+    let key = "cost:{__rand_int__}";
+    let fence = "cost:{__rand_int__}:fence";
+    let probes: [(&str, &str, Vec<&str>); 5] = [
+        ("`return 1` (any script call)", "return 1", vec!["1", key]),
+        (
+            "one `PTTL` from a script",
+            "redis.call('PTTL', KEYS[1]) return 1",
+            vec!["1", key],
+        ),
+        (
+            "one `PTTL` and one `SET` from a script",
+            "redis.call('PTTL', KEYS[1]) redis.call('SET', KEYS[2], 1) return 1",
+            vec!["2", key, fence],
+        ),
+        (
+            "the compare-and-delete release (rslock's)",
+            UNLOCK,
+            vec!["1", key, "v"],
+        ),
+        (
+            "fencelock's acquire of a free lock",
+            FENCELOCK_ACQUIRE,
+            vec![
+                "2",
+                key,
+                fence,
+                "owner",
+                "10000",
+                "__rand_int__",
+                "",
+                "",
+                "",
+                "cost:ch",
+                "",
+            ],
+        ),
+    ];
+    probes
+        .into_iter()
+        .map(|(what, code, args)| {
+            let sha = server
+                .command(&["SCRIPT", "LOAD", code])
+                .ok()
+                .and_then(|r| r.text())
+                .expect("SCRIPT LOAD");
+            server.command(&["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
+            let mut command = vec!["EVALSHA", sha.as_str()];
+            command.extend(args);
+            redis_benchmark(server, 1, requests, &command);
+            let calls = counts(server).get("evalsha").copied().unwrap_or(0);
+            (what, script_us(server) / calls.max(1) as f64)
+        })
+        .collect()
 }
 
 /// The compare-and-delete release every `SET NX PX` lock uses (rslock's, too).
