@@ -129,6 +129,7 @@
 
 mod curator;
 pub mod etcd;
+mod netns;
 mod postgres;
 mod proxy;
 mod redis;
@@ -138,6 +139,7 @@ pub mod zookeeper;
 
 pub use curator::{curator_bench, CuratorLock, CuratorLockBuilder};
 pub use etcd::{etcdctl, EtcdCluster, EtcdServer, EtcdctlLock};
+pub use netns::{cap_net_admin, Namespace, NetnsError, PrivateNet};
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use redis::{Persistence, RedisServer, RedisServerBuilder};
