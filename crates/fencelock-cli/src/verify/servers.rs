@@ -4,11 +4,12 @@
 //! faulted, since it stands for the user's database).
 
 use fencelock_testkit::{
-    EtcdCluster, EtcdServer, Persistence, RedisCluster, RedisServer, SentinelSet, TestkitError,
-    ZooKeeperEnsemble, ZooKeeperServer,
+    EtcdCluster, EtcdServer, Persistence, PrivateNet, RedisCluster, RedisServer, SentinelSet,
+    TestkitError, ZooKeeperEnsemble, ZooKeeperServer,
 };
 
 use super::args::{Backend, Fault};
+use super::net::Net;
 
 /// The lock service's throwaway servers.
 pub enum Servers {
@@ -38,6 +39,11 @@ pub struct Deployment {
     pub urls: Vec<String>,
     /// Its servers.
     pub servers: Servers,
+    /// The private network of the network faults, if they run (after `servers`: fields drop
+    /// in order, and the servers must stop before their namespaces go).
+    pub net: Option<Net>,
+    /// Network faults asked for that cannot run here after all, and why.
+    pub unavailable: Vec<(Fault, String)>,
     /// The fenced register's Redis.
     pub register: RedisServer,
     /// One line for the report, e.g. "RedLock over 3 throwaway redis-server processes".
@@ -52,22 +58,89 @@ pub fn start(backend: Backend, faults: &[Fault], urls: &[String]) -> Result<Depl
         return Ok(Deployment {
             urls: urls.to_vec(),
             servers: Servers::External,
+            net: None,
+            unavailable: Vec::new(),
             register,
             description: format!("{backend:?} at {}", shown.join(" ")),
         });
     }
-    let (servers, urls, description) = throwaway(backend, faults).map_err(|e| e.to_string())?;
+    let network: Vec<Fault> = faults
+        .iter()
+        .copied()
+        .filter(|f| matches!(f, Fault::Partition | Fault::Netem))
+        .collect();
+    let mut unavailable = Vec::new();
+    let private = match network.is_empty() {
+        true => None,
+        false => PrivateNet::create()
+            .map_err(|e| unavailable.extend(network.iter().map(|&f| (f, e.to_string()))))
+            .ok(),
+    };
+    let (servers, mut urls, description, mut net) =
+        throwaway(backend, faults, private).map_err(|e| e.to_string())?;
+    if let Some(n) = net.as_mut().filter(|_| network.contains(&Fault::Netem)) {
+        if let Err(e) = prepare_delay(n, &mut urls) {
+            unavailable.push((Fault::Netem, e));
+        }
+    }
     Ok(Deployment {
         urls,
         servers,
+        net,
+        unavailable,
         register,
         description,
     })
 }
 
-type Started = (Servers, Vec<String>, String);
+/// Sets up the delay for `netem`; with a proxy, the clients reach the server through it.
+fn prepare_delay(net: &mut Net, urls: &mut [String]) -> Result<(), String> {
+    let direct = format!("redis://{}", net.server);
+    net.prepare_delay()?;
+    let via = format!("redis://{}", net.client_addr());
+    for url in urls.iter_mut().filter(|u| **u == direct) {
+        url.clone_from(&via);
+    }
+    Ok(())
+}
 
-fn throwaway(backend: Backend, faults: &[Fault]) -> Result<Started, TestkitError> {
+type Started = (Servers, Vec<String>, String, Option<Net>);
+
+/// The server that network faults hit, started in a namespace of `private`; `None` (and a
+/// server on loopback) without a private network.
+fn redis_in(
+    private: &mut Option<PrivateNet>,
+    builder: fencelock_testkit::RedisServerBuilder,
+) -> Result<(RedisServer, Option<fencelock_testkit::Namespace>), TestkitError> {
+    let Some(net) = private.as_mut() else {
+        return Ok((builder.start()?, None));
+    };
+    let ns = net.add().map_err(|e| TestkitError::Start {
+        detail: format!("a network namespace for the server: {e}"),
+    })?;
+    Ok((builder.namespace(&ns).start()?, Some(ns)))
+}
+
+fn net_of(
+    private: Option<PrivateNet>,
+    ns: Option<fencelock_testkit::Namespace>,
+    server: &RedisServer,
+    label: &str,
+) -> Option<Net> {
+    Some(Net {
+        private: private?,
+        ns: ns?,
+        server: server.addr(),
+        label: label.to_owned(),
+        delay: None,
+    })
+}
+
+fn throwaway(
+    backend: Backend,
+    faults: &[Fault],
+    mut private: Option<PrivateNet>,
+) -> Result<Started, TestkitError> {
     Ok(match backend {
         Backend::Redis => {
             // `appendfsync always` only when the run restarts the server with its data.
@@ -76,57 +149,80 @@ fn throwaway(backend: Backend, faults: &[Fault]) -> Result<Started, TestkitError
             } else {
                 Persistence::None
             };
-            let server = RedisServer::builder().persistence(persistence).start()?;
+            let builder = RedisServer::builder().persistence(persistence);
+            let (server, ns) = redis_in(&mut private, builder)?;
             let url = server.url();
-            let what = match persistence {
+            let mut what = match persistence {
                 Persistence::AofAlways => "one throwaway redis-server (appendfsync always)",
                 _ => "one throwaway redis-server (no persistence)",
-            };
-            (Servers::Redis(server), vec![url], what.to_owned())
+            }
+            .to_owned();
+            if let Some(ns) = &ns {
+                what.push_str(&format!(", in network namespace {}", ns.name));
+            }
+            let net = net_of(private, ns, &server, "redis-server");
+            (Servers::Redis(server), vec![url], what, net)
         }
         Backend::Redlock => {
-            let servers = (0..3)
-                .map(|_| RedisServer::start())
-                .collect::<Result<Vec<_>, _>>()?;
+            // Only the first server, the one the network faults hit, gets a namespace.
+            let (first, ns) = redis_in(&mut private, RedisServer::builder())?;
+            let mut servers = vec![first];
+            for _ in 1..3 {
+                servers.push(RedisServer::start()?);
+            }
             let urls = servers.iter().map(RedisServer::url).collect();
-            let what = "RedLock over three throwaway redis-servers (no persistence)";
-            (Servers::RedLock(servers), urls, what.to_owned())
+            let mut what = "RedLock over three throwaway redis-servers (no persistence)".to_owned();
+            if let Some(ns) = &ns {
+                what.push_str(&format!(", the first in network namespace {}", ns.name));
+            }
+            let net = net_of(private, ns, &servers[0], "redis-server 1 of 3 (a minority)");
+            (Servers::RedLock(servers), urls, what, net)
         }
         Backend::Sentinel => {
             let set = SentinelSet::start()?;
             let url = set.url();
             let what = "a throwaway master, replica and three sentinels";
-            (Servers::Sentinel(set), vec![url], what.to_owned())
+            (Servers::Sentinel(set), vec![url], what.to_owned(), None)
         }
         Backend::Cluster => {
             let cluster = RedisCluster::start()?;
             let url = cluster.url();
             let what = "a throwaway Redis Cluster: three masters with a replica each";
-            (Servers::Cluster(cluster), vec![url], what.to_owned())
+            (Servers::Cluster(cluster), vec![url], what.to_owned(), None)
         }
         Backend::Zookeeper if faults.contains(&Fault::LeaderKill) => {
             let ensemble = ZooKeeperEnsemble::start()?;
             let url = ensemble.url();
             let what = "a throwaway ZooKeeper ensemble of three";
-            (Servers::Ensemble(ensemble), vec![url], what.to_owned())
+            (
+                Servers::Ensemble(ensemble),
+                vec![url],
+                what.to_owned(),
+                None,
+            )
         }
         Backend::Zookeeper => {
             let server = ZooKeeperServer::start()?;
             let url = server.url();
             let what = "one throwaway ZooKeeper server";
-            (Servers::ZooKeeper(server), vec![url], what.to_owned())
+            (Servers::ZooKeeper(server), vec![url], what.to_owned(), None)
         }
         Backend::Etcd if faults.contains(&Fault::LeaderKill) => {
             let cluster = EtcdCluster::start()?;
             let url = cluster.url();
             let what = "a throwaway etcd cluster of three members";
-            (Servers::EtcdCluster(cluster), vec![url], what.to_owned())
+            (
+                Servers::EtcdCluster(cluster),
+                vec![url],
+                what.to_owned(),
+                None,
+            )
         }
         Backend::Etcd => {
             let server = EtcdServer::start()?;
             let url = server.url();
             let what = "one throwaway etcd member";
-            (Servers::Etcd(server), vec![url], what.to_owned())
+            (Servers::Etcd(server), vec![url], what.to_owned(), None)
         }
     })
 }
