@@ -12,8 +12,8 @@ if [[ -z "${FENCELOCK:-}" ]]; then
   FENCELOCK="${CARGO_TARGET_DIR:-target}/debug/fencelock"
 fi
 declare -A FAULTS=(
-  [redis]="pause kill server-pause server-restart server-restart-aof script-flush redis-client-pause"
-  [redlock]="pause kill minority-kill minority-slow server-restart script-flush redis-client-pause"
+  [redis]="pause kill server-pause server-restart server-restart-aof script-flush redis-client-pause partition netem"
+  [redlock]="pause kill minority-kill minority-slow server-restart script-flush redis-client-pause partition netem"
   [zookeeper]="pause kill session-expiry server-pause leader-kill"
   [sentinel]="pause kill sentinel-failover script-flush"
   [cluster]="pause kill cluster-failover slot-migration script-flush"
