@@ -219,6 +219,22 @@ async fn verify_redlock_with_a_partitioned_minority_is_clean() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_etcd_with_its_member_partitioned_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--backend", "etcd", "--faults", "partition"];
+    let out = verify(
+        &[
+            &args[..],
+            &["--seed", "3", "--duration", "10s", "--no-control"],
+        ]
+        .concat(),
+        dir.path(),
+    )
+    .await;
+    assert_network_faults(&out, dir.path(), &["partition"]);
+}
+
 /// Without fencing, the client paused past its lease writes over the later holders' writes:
 /// the checker must see it, and the exit status must say so. The HTML report of that run
 /// is parsed: well-formed, self-contained, one lane per client, the violations marked.

@@ -95,20 +95,28 @@ impl PrivateNet {
         let ip = find_program("ip", "FENCELOCK_IP").ok_or_else(|| {
             NetnsError("`ip` (iproute2) is not installed: apt-get install iproute2".into())
         })?;
-        let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let tag = format!("{}x{n}", std::process::id());
-        let prefix = free_prefix(&ip, std::process::id().wrapping_add(n * 7919))?;
-        let mut net = Self {
-            ip,
-            tag,
-            bridge: None,
-            prefix,
-            safety_route: false,
-            members: Vec::new(),
-            host_blackholes: Vec::new(),
-        };
-        net.make_bridge()?;
-        Ok(net)
+        let mut last = NetnsError("no attempt".into());
+        // Another process may take the same /24 between our look and our route: try again
+        // with the next free one (the safety route's `add` fails on a taken one).
+        for _ in 0..5 {
+            let n = NEXT.fetch_add(1, Ordering::SeqCst);
+            let tag = format!("{}x{n}", std::process::id());
+            let prefix = free_prefix(&ip, std::process::id().wrapping_add(n * 7919))?;
+            let mut net = Self {
+                ip: ip.clone(),
+                tag,
+                bridge: None,
+                prefix,
+                safety_route: false,
+                members: Vec::new(),
+                host_blackholes: Vec::new(),
+            };
+            match net.make_bridge() {
+                Ok(()) => return Ok(net),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     fn make_bridge(&mut self) -> Result<(), NetnsError> {

@@ -45,3 +45,25 @@ fn a_server_in_a_namespace_is_partitioned_and_healed() {
     drop(net);
     assert!(!namespaces().contains(&name));
 }
+
+#[test]
+fn etcd_and_zookeeper_serve_from_a_namespace() {
+    use fencelock_testkit::{EtcdServer, ZooKeeperServer};
+    let Ok(mut net) = PrivateNet::create() else {
+        return;
+    };
+    let ns = net.add().unwrap();
+    let etcd = EtcdServer::start_in(&ns).unwrap();
+    assert_eq!(etcd.url(), format!("etcd://{}:{}", ns.addr, etcd.port()));
+    assert!(etcd.healthy());
+    net.partition(&ns).unwrap();
+    assert!(!etcd.healthy());
+    net.heal(&ns).unwrap();
+    assert!(etcd.healthy());
+
+    let ns = net.add().unwrap();
+    assert_eq!(ns.addr.octets()[3], 3);
+    let zk = ZooKeeperServer::builder().namespace(&ns).start().unwrap();
+    assert_eq!(zk.connect_string(), format!("{}:{}", ns.addr, zk.port()));
+    assert_eq!(zk.mode().as_deref(), Some("standalone"));
+}

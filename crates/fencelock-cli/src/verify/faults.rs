@@ -61,7 +61,7 @@ pub fn plan(faults: &[Fault], backend: Backend, external: bool) -> (Vec<Fault>, 
         } else if external && !fault.client_side() {
             Some("needs throwaway servers: with --url only client faults run".to_owned())
         } else if matches!(fault, Fault::Partition | Fault::Netem) {
-            network_reason(backend)
+            network_reason(backend, faults.contains(&Fault::LeaderKill))
         } else if fault == Fault::ServerRestart && faults.contains(&Fault::ServerRestartAof) {
             Some(
                 "this run's server keeps an append-only file for server-restart-aof; run \
@@ -82,11 +82,13 @@ pub fn plan(faults: &[Fault], backend: Backend, external: bool) -> (Vec<Fault>, 
     (run, skipped)
 }
 
-/// Why `partition` and `netem` do not run on `backend`'s throwaway servers, if they do not.
-/// (Where they do, they still need CAP_NET_ADMIN: `servers::start` finds out.)
-fn network_reason(backend: Backend) -> Option<String> {
+/// Why `partition` and `netem` do not run on `backend`'s throwaway servers, if they do not
+/// (`ensemble`: the run starts three ZooKeeper or etcd members for leader-kill). Where they
+/// do, they still need CAP_NET_ADMIN: `servers::start` finds out.
+fn network_reason(backend: Backend, ensemble: bool) -> Option<String> {
     let why = match backend {
         Backend::Redis | Backend::Redlock => return None,
+        Backend::Zookeeper | Backend::Etcd if !ensemble => return None,
         Backend::Sentinel => {
             "not built for Sentinel: the test kit starts the master, replica and sentinels \
              on loopback, and a partition of the master must also cut it from its replica and \
@@ -98,9 +100,9 @@ fn network_reason(backend: Backend) -> Option<String> {
              a namespace (runs on --backend redis and redlock)"
         }
         Backend::Zookeeper | Backend::Etcd => {
-            "not built for this backend yet: the test kit starts its members on loopback only \
-             (their client and peer addresses would have to move into namespaces; runs on \
-             --backend redis and redlock)"
+            "not built for a three-member ensemble (started here for leader-kill): the test \
+             kit starts its members on loopback; it runs on the single server of a run \
+             without leader-kill"
         }
     };
     Some(why.to_owned())
@@ -602,7 +604,12 @@ mod tests {
         // Network faults run on throwaway Redis and RedLock (if the process may create
         // namespaces, which `servers::start` finds out); elsewhere they say why not.
         let network = [Fault::Partition, Fault::Netem];
-        for backend in [Backend::Redis, Backend::Redlock] {
+        for backend in [
+            Backend::Redis,
+            Backend::Redlock,
+            Backend::Zookeeper,
+            Backend::Etcd,
+        ] {
             let (run, skipped) = plan(&network, backend, false);
             assert_eq!(run, network.to_vec());
             assert!(skipped.is_empty(), "{skipped:?}");
@@ -610,11 +617,16 @@ mod tests {
         for (backend, word) in [
             (Backend::Sentinel, "Sentinel"),
             (Backend::Cluster, "Cluster"),
-            (Backend::Zookeeper, "loopback"),
-            (Backend::Etcd, "loopback"),
+            (Backend::Zookeeper, "ensemble"),
+            (Backend::Etcd, "ensemble"),
         ] {
-            let (run, skipped) = plan(&network, backend, false);
-            assert!(run.is_empty());
+            let asked = [&network[..], &[Fault::LeaderKill]].concat();
+            let (run, skipped) = plan(&asked, backend, false);
+            assert!(run.iter().all(|f| !network.contains(f)), "{run:?}");
+            let skipped: Vec<_> = skipped
+                .into_iter()
+                .filter(|s| s.fault != "leader-kill")
+                .collect();
             assert_eq!(skipped.len(), 2);
             assert!(
                 skipped.iter().all(|s| s.reason.contains(word)),

@@ -3,13 +3,15 @@
 //! for the fenced register in every case (the resource the clients write to; it is never
 //! faulted, since it stands for the user's database).
 
+use std::net::SocketAddr;
+
 use fencelock_testkit::{
-    EtcdCluster, EtcdServer, Persistence, PrivateNet, RedisCluster, RedisServer, SentinelSet,
-    TestkitError, ZooKeeperEnsemble, ZooKeeperServer,
+    EtcdCluster, EtcdServer, Namespace, Persistence, PrivateNet, RedisCluster, RedisServer,
+    SentinelSet, TestkitError, ZooKeeperEnsemble, ZooKeeperServer,
 };
 
 use super::args::{Backend, Fault};
-use super::net::Net;
+use super::net::{Net, Probe};
 
 /// The lock service's throwaway servers.
 pub enum Servers {
@@ -93,46 +95,65 @@ pub fn start(backend: Backend, faults: &[Fault], urls: &[String]) -> Result<Depl
     })
 }
 
-/// Sets up the delay for `netem`; with a proxy, the clients reach the server through it.
+/// Sets up the delay for `netem`; with a proxy, the clients reach the server through it
+/// (its `host:port` in their URLs becomes the proxy's).
 fn prepare_delay(net: &mut Net, urls: &mut [String]) -> Result<(), String> {
-    let direct = format!("redis://{}", net.server);
+    let direct = net.server.to_string();
     net.prepare_delay()?;
-    let via = format!("redis://{}", net.client_addr());
-    for url in urls.iter_mut().filter(|u| **u == direct) {
-        url.clone_from(&via);
+    let via = net.client_addr().to_string();
+    for url in urls.iter_mut() {
+        *url = url.replace(&direct, &via);
     }
     Ok(())
 }
 
 type Started = (Servers, Vec<String>, String, Option<Net>);
 
+/// A namespace for the server that network faults hit, if there is a private network.
+fn namespace(private: &mut Option<PrivateNet>) -> Result<Option<Namespace>, TestkitError> {
+    let Some(net) = private.as_mut() else {
+        return Ok(None);
+    };
+    let ns = net.add().map_err(|e| TestkitError::Start {
+        detail: format!("a network namespace for the server: {e}"),
+    })?;
+    Ok(Some(ns))
+}
+
 /// The server that network faults hit, started in a namespace of `private`; `None` (and a
 /// server on loopback) without a private network.
 fn redis_in(
     private: &mut Option<PrivateNet>,
     builder: fencelock_testkit::RedisServerBuilder,
-) -> Result<(RedisServer, Option<fencelock_testkit::Namespace>), TestkitError> {
-    let Some(net) = private.as_mut() else {
-        return Ok((builder.start()?, None));
-    };
-    let ns = net.add().map_err(|e| TestkitError::Start {
-        detail: format!("a network namespace for the server: {e}"),
-    })?;
-    Ok((builder.namespace(&ns).start()?, Some(ns)))
+) -> Result<(RedisServer, Option<Namespace>), TestkitError> {
+    match namespace(private)? {
+        Some(ns) => Ok((builder.namespace(&ns).start()?, Some(ns))),
+        None => Ok((builder.start()?, None)),
+    }
 }
 
+/// The network faults' view of the deployment, if it has a private network.
 fn net_of(
     private: Option<PrivateNet>,
-    ns: Option<fencelock_testkit::Namespace>,
-    server: &RedisServer,
+    ns: Option<Namespace>,
+    server: SocketAddr,
     label: &str,
+    probe: Probe,
 ) -> Option<Net> {
     Some(Net {
         private: private?,
         ns: ns?,
-        server: server.addr(),
+        server,
         label: label.to_owned(),
+        probe,
         delay: None,
+    })
+}
+
+/// " in network namespace NAME" for the deployment's description.
+fn inside(ns: &Option<Namespace>) -> String {
+    ns.as_ref().map_or(String::new(), |ns| {
+        format!(", in network namespace {}", ns.name)
     })
 }
 
@@ -157,10 +178,8 @@ fn throwaway(
                 _ => "one throwaway redis-server (no persistence)",
             }
             .to_owned();
-            if let Some(ns) = &ns {
-                what.push_str(&format!(", in network namespace {}", ns.name));
-            }
-            let net = net_of(private, ns, &server, "redis-server");
+            what.push_str(&inside(&ns));
+            let net = net_of(private, ns, server.addr(), "redis-server", Probe::Redis);
             (Servers::Redis(server), vec![url], what, net)
         }
         Backend::Redlock => {
@@ -175,7 +194,9 @@ fn throwaway(
             if let Some(ns) = &ns {
                 what.push_str(&format!(", the first in network namespace {}", ns.name));
             }
-            let net = net_of(private, ns, &servers[0], "redis-server 1 of 3 (a minority)");
+
+            let label = "redis-server 1 of 3 (a minority)";
+            let net = net_of(private, ns, servers[0].addr(), label, Probe::Redis);
             (Servers::RedLock(servers), urls, what, net)
         }
         Backend::Sentinel => {
@@ -202,10 +223,16 @@ fn throwaway(
             )
         }
         Backend::Zookeeper => {
-            let server = ZooKeeperServer::start()?;
+            let ns = namespace(&mut private)?;
+            let builder = ZooKeeperServer::builder();
+            let server = match &ns {
+                Some(ns) => builder.namespace(ns).start()?,
+                None => builder.start()?,
+            };
             let url = server.url();
-            let what = "one throwaway ZooKeeper server";
-            (Servers::ZooKeeper(server), vec![url], what.to_owned(), None)
+            let what = format!("one throwaway ZooKeeper server{}", inside(&ns));
+            let net = net_of(private, ns, server.addr(), "zookeeper", Probe::ZooKeeper);
+            (Servers::ZooKeeper(server), vec![url], what, net)
         }
         Backend::Etcd if faults.contains(&Fault::LeaderKill) => {
             let cluster = EtcdCluster::start()?;
@@ -219,10 +246,15 @@ fn throwaway(
             )
         }
         Backend::Etcd => {
-            let server = EtcdServer::start()?;
+            let ns = namespace(&mut private)?;
+            let server = match &ns {
+                Some(ns) => EtcdServer::start_in(ns)?,
+                None => EtcdServer::start()?,
+            };
             let url = server.url();
-            let what = "one throwaway etcd member";
-            (Servers::Etcd(server), vec![url], what.to_owned(), None)
+            let what = format!("one throwaway etcd member{}", inside(&ns));
+            let net = net_of(private, ns, server.addr(), "etcd", Probe::Etcd);
+            (Servers::Etcd(server), vec![url], what, net)
         }
     })
 }
