@@ -72,12 +72,15 @@ pub fn start(backend: Backend, faults: &[Fault], urls: &[String]) -> Result<Depl
         .filter(|f| matches!(f, Fault::Partition | Fault::Netem))
         .collect();
     let mut unavailable = Vec::new();
-    let private = match network.is_empty() {
-        true => None,
-        false => PrivateNet::create()
-            .map_err(|e| unavailable.extend(network.iter().map(|&f| (f, e.to_string()))))
-            .ok(),
-    };
+    // Only a run with network faults gets a private network; if this process may not make
+    // one, those faults are skipped with the reason and the servers run on loopback.
+    let mut private = None;
+    if !network.is_empty() {
+        match PrivateNet::create() {
+            Ok(net) => private = Some(net),
+            Err(e) => unavailable.extend(network.iter().map(|&f| (f, e.to_string()))),
+        }
+    }
     let (servers, mut urls, description, mut net) =
         throwaway(backend, faults, private).map_err(|e| e.to_string())?;
     if let Some(n) = net.as_mut().filter(|_| network.contains(&Fault::Netem)) {
@@ -160,45 +163,12 @@ fn inside(ns: &Option<Namespace>) -> String {
 fn throwaway(
     backend: Backend,
     faults: &[Fault],
-    mut private: Option<PrivateNet>,
+    private: Option<PrivateNet>,
 ) -> Result<Started, TestkitError> {
+    let leader_kill = faults.contains(&Fault::LeaderKill);
     Ok(match backend {
-        Backend::Redis => {
-            // `appendfsync always` only when the run restarts the server with its data.
-            let persistence = if faults.contains(&Fault::ServerRestartAof) {
-                Persistence::AofAlways
-            } else {
-                Persistence::None
-            };
-            let builder = RedisServer::builder().persistence(persistence);
-            let (server, ns) = redis_in(&mut private, builder)?;
-            let url = server.url();
-            let mut what = match persistence {
-                Persistence::AofAlways => "one throwaway redis-server (appendfsync always)",
-                _ => "one throwaway redis-server (no persistence)",
-            }
-            .to_owned();
-            what.push_str(&inside(&ns));
-            let net = net_of(private, ns, server.addr(), "redis-server", Probe::Redis);
-            (Servers::Redis(server), vec![url], what, net)
-        }
-        Backend::Redlock => {
-            // Only the first server, the one the network faults hit, gets a namespace.
-            let (first, ns) = redis_in(&mut private, RedisServer::builder())?;
-            let mut servers = vec![first];
-            for _ in 1..3 {
-                servers.push(RedisServer::start()?);
-            }
-            let urls = servers.iter().map(RedisServer::url).collect();
-            let mut what = "RedLock over three throwaway redis-servers (no persistence)".to_owned();
-            if let Some(ns) = &ns {
-                what.push_str(&format!(", the first in network namespace {}", ns.name));
-            }
-
-            let label = "redis-server 1 of 3 (a minority)";
-            let net = net_of(private, ns, servers[0].addr(), label, Probe::Redis);
-            (Servers::RedLock(servers), urls, what, net)
-        }
+        Backend::Redis => redis(faults, private)?,
+        Backend::Redlock => redlock(private)?,
         Backend::Sentinel => {
             let set = SentinelSet::start()?;
             let url = set.url();
@@ -211,52 +181,87 @@ fn throwaway(
             let what = "a throwaway Redis Cluster: three masters with a replica each";
             (Servers::Cluster(cluster), vec![url], what.to_owned(), None)
         }
-        Backend::Zookeeper if faults.contains(&Fault::LeaderKill) => {
+        Backend::Zookeeper if leader_kill => {
             let ensemble = ZooKeeperEnsemble::start()?;
             let url = ensemble.url();
-            let what = "a throwaway ZooKeeper ensemble of three";
-            (
-                Servers::Ensemble(ensemble),
-                vec![url],
-                what.to_owned(),
-                None,
-            )
+            let what = "a throwaway ZooKeeper ensemble of three".to_owned();
+            (Servers::Ensemble(ensemble), vec![url], what, None)
         }
-        Backend::Zookeeper => {
-            let ns = namespace(&mut private)?;
-            let builder = ZooKeeperServer::builder();
-            let server = match &ns {
-                Some(ns) => builder.namespace(ns).start()?,
-                None => builder.start()?,
-            };
-            let url = server.url();
-            let what = format!("one throwaway ZooKeeper server{}", inside(&ns));
-            let net = net_of(private, ns, server.addr(), "zookeeper", Probe::ZooKeeper);
-            (Servers::ZooKeeper(server), vec![url], what, net)
-        }
-        Backend::Etcd if faults.contains(&Fault::LeaderKill) => {
+        Backend::Zookeeper => zookeeper(private)?,
+        Backend::Etcd if leader_kill => {
             let cluster = EtcdCluster::start()?;
             let url = cluster.url();
-            let what = "a throwaway etcd cluster of three members";
-            (
-                Servers::EtcdCluster(cluster),
-                vec![url],
-                what.to_owned(),
-                None,
-            )
+            let what = "a throwaway etcd cluster of three members".to_owned();
+            (Servers::EtcdCluster(cluster), vec![url], what, None)
         }
-        Backend::Etcd => {
-            let ns = namespace(&mut private)?;
-            let server = match &ns {
-                Some(ns) => EtcdServer::start_in(ns)?,
-                None => EtcdServer::start()?,
-            };
-            let url = server.url();
-            let what = format!("one throwaway etcd member{}", inside(&ns));
-            let net = net_of(private, ns, server.addr(), "etcd", Probe::Etcd);
-            (Servers::Etcd(server), vec![url], what, net)
-        }
+        Backend::Etcd => etcd(private)?,
     })
+}
+
+/// One Redis, in a namespace of `private` if there is one.
+fn redis(faults: &[Fault], mut private: Option<PrivateNet>) -> Result<Started, TestkitError> {
+    // `appendfsync always` only when the run restarts the server with its data.
+    let persistence = if faults.contains(&Fault::ServerRestartAof) {
+        Persistence::AofAlways
+    } else {
+        Persistence::None
+    };
+    let builder = RedisServer::builder().persistence(persistence);
+    let (server, ns) = redis_in(&mut private, builder)?;
+    let url = server.url();
+    let mut what = match persistence {
+        Persistence::AofAlways => "one throwaway redis-server (appendfsync always)",
+        _ => "one throwaway redis-server (no persistence)",
+    }
+    .to_owned();
+    what.push_str(&inside(&ns));
+    let net = net_of(private, ns, server.addr(), "redis-server", Probe::Redis);
+    Ok((Servers::Redis(server), vec![url], what, net))
+}
+
+/// RedLock's three servers; only the first, the one the network faults hit, gets a
+/// namespace.
+fn redlock(mut private: Option<PrivateNet>) -> Result<Started, TestkitError> {
+    let (first, ns) = redis_in(&mut private, RedisServer::builder())?;
+    let mut servers = vec![first];
+    for _ in 1..3 {
+        servers.push(RedisServer::start()?);
+    }
+    let urls = servers.iter().map(RedisServer::url).collect();
+    let mut what = "RedLock over three throwaway redis-servers (no persistence)".to_owned();
+    if let Some(ns) = &ns {
+        what.push_str(&format!(", the first in network namespace {}", ns.name));
+    }
+    let label = "redis-server 1 of 3 (a minority)";
+    let net = net_of(private, ns, servers[0].addr(), label, Probe::Redis);
+    Ok((Servers::RedLock(servers), urls, what, net))
+}
+
+/// One standalone ZooKeeper server, in a namespace of `private` if there is one.
+fn zookeeper(mut private: Option<PrivateNet>) -> Result<Started, TestkitError> {
+    let ns = namespace(&mut private)?;
+    let builder = ZooKeeperServer::builder();
+    let server = match &ns {
+        Some(ns) => builder.namespace(ns).start()?,
+        None => builder.start()?,
+    };
+    let url = server.url();
+    let what = format!("one throwaway ZooKeeper server{}", inside(&ns));
+    let net = net_of(private, ns, server.addr(), "zookeeper", Probe::ZooKeeper);
+    Ok((Servers::ZooKeeper(server), vec![url], what, net))
+}
+
+/// One etcd member, in a namespace of `private` if there is one.
+fn etcd(mut private: Option<PrivateNet>) -> Result<Started, TestkitError> {
+    let ns = namespace(&mut private)?;
+    let server = match &ns {
+        Some(ns) => EtcdServer::start_in(ns)?,
+        None => EtcdServer::start()?,
+    };
+    let url = server.url();
+    let what = format!("one throwaway etcd member{}", inside(&ns));
+    let net = net_of(private, ns, server.addr(), "etcd", Probe::Etcd);
+    Ok((Servers::Etcd(server), vec![url], what, net))
 }
 
 impl Servers {
