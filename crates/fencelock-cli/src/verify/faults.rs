@@ -2,7 +2,8 @@
 //! reason), when they run (a seeded schedule), and running each one with the evidence that
 //! it really happened: a client pause is checked to have stopped the process (state `T`) for
 //! longer than its lease, a kill to have ended it with SIGKILL, a restart to have changed
-//! the server's PID, a failover to have moved the master.
+//! the server's PID, a failover to have moved the master, a partition and a delay by probes
+//! from the host (`net.rs`).
 
 use std::time::{Duration, Instant};
 
