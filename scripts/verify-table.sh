@@ -12,12 +12,12 @@ if [[ -z "${FENCELOCK:-}" ]]; then
   FENCELOCK="${CARGO_TARGET_DIR:-target}/debug/fencelock"
 fi
 declare -A FAULTS=(
-  [redis]="pause kill server-pause server-restart server-restart-aof script-flush redis-client-pause"
-  [redlock]="pause kill minority-kill minority-slow server-restart script-flush redis-client-pause"
-  [zookeeper]="pause kill session-expiry server-pause leader-kill"
+  [redis]="pause kill server-pause server-restart server-restart-aof script-flush redis-client-pause partition netem"
+  [redlock]="pause kill minority-kill minority-slow server-restart script-flush redis-client-pause partition netem"
+  [zookeeper]="pause kill session-expiry server-pause leader-kill partition netem"
   [sentinel]="pause kill sentinel-failover script-flush"
   [cluster]="pause kill cluster-failover slot-migration script-flush"
-  [etcd]="pause kill server-pause leader-kill"
+  [etcd]="pause kill server-pause leader-kill partition netem"
 )
 out="$(mktemp -d)"
 for backend in "${@:-redis redlock zookeeper sentinel cluster etcd}"; do

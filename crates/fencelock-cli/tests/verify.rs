@@ -118,6 +118,123 @@ async fn verify_etcd_with_pause_and_kill_is_clean() {
     assert!(report["deployment"].as_str().unwrap().contains("etcd"));
 }
 
+/// The network faults of a run: with CAP_NET_ADMIN each ran, happened (with the evidence
+/// of its mechanism) and the run is clean; without it, each is listed as skipped with that
+/// reason, and the run of the other faults still passes.
+fn assert_network_faults(out: &Output, dir: &Path, faults: &[&str]) {
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let report = report(dir);
+    let run = &report["runs"][0];
+    let injected = run["injected"].as_array().unwrap();
+    if !fencelock_testkit::cap_net_admin() {
+        let skipped = report["skipped"].as_array().unwrap();
+        for fault in faults {
+            let s = skipped.iter().find(|s| s["fault"] == *fault).expect(fault);
+            assert!(
+                s["reason"].as_str().unwrap().contains("CAP_NET_ADMIN"),
+                "{s}"
+            );
+        }
+        assert!(injected.is_empty(), "{}", text(out));
+        return;
+    }
+    assert_eq!(
+        report["skipped"].as_array().unwrap().len(),
+        0,
+        "{}",
+        text(out)
+    );
+    assert_eq!(injected.len(), faults.len(), "{}", text(out));
+    for fault in injected {
+        assert_eq!(fault["happened"], true, "{fault}");
+        let evidence = fault["evidence"].as_str().unwrap();
+        match fault["fault"].as_str().unwrap() {
+            "partition" => {
+                assert!(evidence.contains("blackhole routes"), "{evidence}");
+                assert!(evidence.contains("answered"), "{evidence}");
+            }
+            "netem" => {
+                assert!(
+                    evidence.contains("tc netem") || evidence.contains("proxy"),
+                    "{evidence}"
+                );
+                assert!(evidence.contains("round trip"), "{evidence}");
+            }
+            other => panic!("unexpected fault {other}"),
+        }
+    }
+    for check in ["stale_writes", "token_breaks", "lost_updates"] {
+        assert_eq!(count(run, check), 0, "{check}: {}", text(out));
+    }
+    assert!(count(run, "holds") >= 10, "{}", text(out));
+    assert!(text(out).contains("every safety check passed"));
+    // The namespace named in the deployment is gone with the run.
+    let deployment = report["deployment"].as_str().unwrap();
+    let ns = deployment
+        .split_whitespace()
+        .find(|w| w.starts_with("fencelock-"))
+        .expect("the namespace is named");
+    let netns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&netns.stdout).contains(ns), "{ns}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_one_redis_with_partition_and_netem_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--backend", "redis", "--faults", "partition,netem"];
+    let out = verify(
+        &[
+            &args[..],
+            &["--seed", "3", "--duration", "12s", "--no-control"],
+        ]
+        .concat(),
+        dir.path(),
+    )
+    .await;
+    assert_network_faults(&out, dir.path(), &["partition", "netem"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_redlock_with_a_partitioned_minority_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--backend", "redlock", "--faults", "partition"];
+    let out = verify(
+        &[
+            &args[..],
+            &["--seed", "5", "--duration", "10s", "--no-control"],
+        ]
+        .concat(),
+        dir.path(),
+    )
+    .await;
+    assert_network_faults(&out, dir.path(), &["partition"]);
+    let report = report(dir.path());
+    let evidence = report["runs"][0]["injected"][0]["evidence"].as_str();
+    assert!(
+        evidence.is_none_or(|e| e.contains("1 of 3")),
+        "{evidence:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_etcd_with_its_member_partitioned_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--backend", "etcd", "--faults", "partition"];
+    let out = verify(
+        &[
+            &args[..],
+            &["--seed", "3", "--duration", "10s", "--no-control"],
+        ]
+        .concat(),
+        dir.path(),
+    )
+    .await;
+    assert_network_faults(&out, dir.path(), &["partition"]);
+}
+
 /// Without fencing, the client paused past its lease writes over the later holders' writes:
 /// the checker must see it, and the exit status must say so. The HTML report of that run
 /// is parsed: well-formed, self-contained, one lane per client, the violations marked.
@@ -126,7 +243,7 @@ async fn the_negative_control_shows_violations_and_the_report_shows_them() {
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--faults",
-        "pause,partition",
+        "pause,leader-kill",
         "--no-fencing",
         "--clients",
         "4",
@@ -142,7 +259,12 @@ async fn the_negative_control_shows_violations_and_the_report_shows_them() {
     assert_eq!(run["fencing"], false);
     assert!(count(run, "stale_writes") >= 1, "{}", text(&out));
     assert!(count(run, "lost_updates") >= 1, "{}", text(&out));
-    assert_eq!(report["skipped"][0]["fault"], "partition");
+    // A fault that cannot run is listed with its reason, not dropped.
+    assert_eq!(report["skipped"][0]["fault"], "leader-kill");
+    assert!(report["skipped"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("does not apply"));
     assert!(text(&out).contains("SAFETY VIOLATIONS"));
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     check_html(&html, 4);

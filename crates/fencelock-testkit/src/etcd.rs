@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use crate::netns::Namespace;
 use crate::{find_program, free_port, TestkitError};
 
 /// How long a member may take to serve.
@@ -63,8 +64,8 @@ pub fn etcdctl(endpoints: &str, args: &[&str]) -> Result<String, TestkitError> {
 }
 
 /// A plain HTTP/1.0 GET on a member's client port: the body, if it answered 200.
-fn http_get(port: u16, path: &str, timeout: Duration) -> std::io::Result<String> {
-    let mut stream = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)?;
+fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
     let mut text = String::new();
@@ -107,20 +108,34 @@ pub struct EtcdServer {
     member: Membership,
     child: Option<Child>,
     dir: tempfile::TempDir,
+    /// The namespace it runs in (see [`PrivateNet`](crate::PrivateNet)), if any.
+    namespace: Option<Namespace>,
 }
 
 impl EtcdServer {
     /// Starts a one-member cluster on free ports and waits until it serves, at most 30 s.
     pub fn start() -> Result<Self, TestkitError> {
+        Self::start_one(None)
+    }
+
+    /// Starts a one-member cluster inside `ns`, its client and peer ports bound to the
+    /// namespace's address, and waits until it serves, at most 30 s.
+    pub fn start_in(ns: &Namespace) -> Result<Self, TestkitError> {
+        Self::start_one(Some(ns.clone()))
+    }
+
+    fn start_one(namespace: Option<Namespace>) -> Result<Self, TestkitError> {
         let mut last = String::new();
+        let host = namespace.as_ref().map_or(Ipv4Addr::LOCALHOST, |ns| ns.addr);
         // A port found free can be taken before the server binds it: try a few.
         for _ in 0..3 {
             let (port, peer_port) = (free_port()?, free_port()?);
             let member = Membership {
                 name: "m1".into(),
-                initial_cluster: format!("m1=http://127.0.0.1:{peer_port}"),
+                initial_cluster: format!("m1=http://{host}:{peer_port}"),
             };
             let mut server = Self::new(port, peer_port, member)?;
+            server.namespace = namespace.clone();
             match server.launch().and_then(|()| server.await_serving()) {
                 Ok(()) => return Ok(server),
                 Err(e) => last = e.to_string(),
@@ -140,6 +155,7 @@ impl EtcdServer {
             member,
             child: None,
             dir,
+            namespace: None,
         })
     }
 
@@ -153,9 +169,13 @@ impl EtcdServer {
             .create(true)
             .append(true)
             .open(self.log_path())?;
-        let client = format!("http://127.0.0.1:{}", self.port);
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new(&self.program)
+        let client = format!("http://{}:{}", self.host(), self.port);
+        let peer = format!("http://{}:{}", self.host(), self.peer_port);
+        let mut command = match &self.namespace {
+            Some(ns) => ns.command(&self.program),
+            None => Command::new(&self.program),
+        };
+        let child = command
             .arg(format!("--name={}", self.member.name))
             .arg(format!(
                 "--data-dir={}",
@@ -215,13 +235,13 @@ impl EtcdServer {
 
     /// Whether the member answers `/health` with true.
     pub fn healthy(&self) -> bool {
-        http_get(self.port, "/health", Duration::from_millis(500))
+        http_get(self.addr(), "/health", Duration::from_millis(500))
             .is_ok_and(|body| body.contains("\"health\":\"true\""))
     }
 
     /// The member's Prometheus metrics (`/metrics` on the client port).
     pub fn metrics(&self) -> std::io::Result<String> {
-        http_get(self.port, "/metrics", Duration::from_secs(2))
+        http_get(self.addr(), "/metrics", Duration::from_secs(2))
     }
 
     /// Whether the member leads its cluster now (`etcd_server_is_leader 1`).
@@ -230,19 +250,33 @@ impl EtcdServer {
             .is_ok_and(|m| metric_sum(&m, "etcd_server_is_leader", None) == 1.0)
     }
 
-    /// The client port on 127.0.0.1.
+    /// The client port (on [`host`](Self::host)).
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// `etcd://127.0.0.1:PORT`.
+    /// The client address: 127.0.0.1, or its namespace's address.
+    pub fn host(&self) -> IpAddr {
+        IpAddr::V4(
+            self.namespace
+                .as_ref()
+                .map_or(Ipv4Addr::LOCALHOST, |ns| ns.addr),
+        )
+    }
+
+    /// The client address and port.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.host(), self.port)
+    }
+
+    /// `etcd://HOST:PORT` (`etcd://127.0.0.1:PORT` unless in a namespace).
     pub fn url(&self) -> String {
         format!("etcd://{}", self.endpoints())
     }
 
-    /// `127.0.0.1:PORT`, as `etcdctl --endpoints` takes it.
+    /// `HOST:PORT`, as `etcdctl --endpoints` takes it.
     pub fn endpoints(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.addr().to_string()
     }
 
     /// The member's PID, while it runs.

@@ -96,6 +96,27 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! [`PrivateNet`] (needs CAP_NET_ADMIN) is a bridge on a free private /24 with one network
+//! namespace per server; [`RedisServerBuilder::namespace`],
+//! [`ZooKeeperServerBuilder::namespace`] and [`EtcdServer::start_in`] start a server inside
+//! one, bound to its address. [`PrivateNet::partition`] cuts a member off from the host and
+//! the other members by blackhole routes (never by a link set down, which would send its
+//! address out by the default route), [`PrivateNet::heal`] undoes it, and everything is
+//! removed by name when the handle drops. [`TcpProxy::set_latency`] delays traffic where the
+//! kernel has no `sch_netem`.
+//!
+//! ```no_run
+//! use fencelock_testkit::{PrivateNet, RedisServer};
+//!
+//! let mut net = PrivateNet::create()?;                 // fails with the reason, e.g. no CAP_NET_ADMIN
+//! let ns = net.add()?;                                  // 10.23x.y.2 in namespace fencelock-…
+//! let server = RedisServer::builder().namespace(&ns).start()?;
+//! net.partition(&ns)?;                                  // the host's PING now fails
+//! assert!(server.command(&["PING"]).is_err());
+//! net.heal(&ns)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # etcd
 //!
 //! [`EtcdServer`] runs Debian's etcd (`apt-get install etcd-server`) as a one-member cluster
@@ -129,6 +150,7 @@
 
 mod curator;
 pub mod etcd;
+mod netns;
 mod postgres;
 mod proxy;
 mod redis;
@@ -138,6 +160,7 @@ pub mod zookeeper;
 
 pub use curator::{curator_bench, CuratorLock, CuratorLockBuilder};
 pub use etcd::{etcdctl, EtcdCluster, EtcdServer, EtcdctlLock};
+pub use netns::{cap_net_admin, Namespace, NetnsError, PrivateNet};
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use redis::{Persistence, RedisServer, RedisServerBuilder};

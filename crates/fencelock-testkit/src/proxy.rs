@@ -4,8 +4,10 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::TestkitError;
 
@@ -26,7 +28,9 @@ struct Shared {
     refusing: AtomicBool,
     accepted: AtomicU64,
     swallowed: AtomicU64,
-    to_server: AtomicU64,
+    to_server: Arc<AtomicU64>,
+    /// The delay of every chunk forwarded from now on, either way (µs).
+    latency_us: AtomicU64,
 }
 
 impl Shared {
@@ -70,7 +74,12 @@ impl std::fmt::Debug for TcpProxy {
 impl TcpProxy {
     /// Starts a proxy on a free port of 127.0.0.1 that forwards to 127.0.0.1:`server_port`.
     pub fn start(server_port: u16) -> Result<Self, TestkitError> {
-        let upstream = SocketAddr::from(([127, 0, 0, 1], server_port));
+        Self::start_to(SocketAddr::from(([127, 0, 0, 1], server_port)))
+    }
+
+    /// Starts a proxy on a free port of 127.0.0.1 that forwards to `upstream` (e.g. a
+    /// server in a [`PrivateNet`](crate::PrivateNet) namespace).
+    pub fn start_to(upstream: SocketAddr) -> Result<Self, TestkitError> {
         let listener = TcpListener::bind(("127.0.0.1", 0))?;
         let port = listener.local_addr()?.port();
         let shared = Arc::new(Shared::default());
@@ -96,6 +105,19 @@ impl TcpProxy {
     /// `127.0.0.1:PORT` of the proxy, as ZooKeeper clients take it.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// From now on, every chunk read from either side is written to the other `latency`
+    /// later, in order (a userspace stand-in for `tc netem delay`, on both directions: a
+    /// round trip takes twice `latency` more). Zero forwards at once again.
+    pub fn set_latency(&self, latency: Duration) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.shared.latency_us.store(us, Ordering::SeqCst);
+    }
+
+    /// The delay set by [`set_latency`](Self::set_latency).
+    pub fn latency(&self) -> Duration {
+        Duration::from_micros(self.shared.latency_us.load(Ordering::SeqCst))
     }
 
     /// How many connections the proxy has forwarded so far (a reconnection adds one; a
@@ -197,7 +219,8 @@ fn accept_loop(listener: &TcpListener, upstream: SocketAddr, shared: &Arc<Shared
         let _ = std::thread::Builder::new()
             .name("proxy-up".into())
             .spawn(move || {
-                pump(client_read, server_write, None, &up.to_server);
+                let forwarded = up.to_server.clone();
+                pump(client_read, server_write, None, forwarded, &up.latency_us);
                 up.closed(id);
             });
         let down = shared.clone();
@@ -209,7 +232,8 @@ fn accept_loop(listener: &TcpListener, upstream: SocketAddr, shared: &Arc<Shared
                     server_read,
                     client_write,
                     Some((&swallow, counter)),
-                    &AtomicU64::new(0),
+                    Arc::default(),
+                    &down.latency_us,
                 );
                 down.closed(id);
             });
@@ -217,13 +241,26 @@ fn accept_loop(listener: &TcpListener, upstream: SocketAddr, shared: &Arc<Shared
 }
 
 /// Copies `from` to `to` until either side closes; while `swallow` is set, reads and drops
-/// (counting what it dropped). Closes both at the end.
+/// (counting what it dropped). Each chunk goes to a writer thread with the time it is due
+/// (now + the proxy's latency), so that a delay never reorders the stream. Closes both at
+/// the end.
 fn pump(
     mut from: TcpStream,
-    mut to: TcpStream,
+    to: TcpStream,
     swallow: Option<(&AtomicBool, &AtomicU64)>,
-    forwarded: &AtomicU64,
+    forwarded: Arc<AtomicU64>,
+    latency_us: &AtomicU64,
 ) {
+    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    let writer = {
+        let to = match to.try_clone() {
+            Ok(to) => to,
+            Err(_) => return,
+        };
+        std::thread::Builder::new()
+            .name("proxy-write".into())
+            .spawn(move || deliver(&rx, to, &forwarded))
+    };
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -236,11 +273,31 @@ fn pump(
                 continue;
             }
         }
-        if to.write_all(&buf[..n]).is_err() {
+        let due = Instant::now() + Duration::from_micros(latency_us.load(Ordering::SeqCst));
+        if tx.send((due, buf[..n].to_vec())).is_err() {
             break;
         }
-        forwarded.fetch_add(n as u64, Ordering::SeqCst);
+    }
+    drop(tx);
+    if let Ok(writer) = writer {
+        let _ = writer.join();
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+}
+
+/// Writes each chunk when it is due, in the order read; on a write error, closes `to` so
+/// that the reader's side ends too.
+fn deliver(rx: &mpsc::Receiver<(Instant, Vec<u8>)>, mut to: TcpStream, forwarded: &AtomicU64) {
+    for (due, chunk) in rx {
+        let wait = due.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+        if to.write_all(&chunk).is_err() {
+            let _ = to.shutdown(Shutdown::Both);
+            return;
+        }
+        forwarded.fetch_add(chunk.len() as u64, Ordering::SeqCst);
+    }
 }

@@ -1,6 +1,7 @@
 //! `redis-server` processes.
 
 use std::fs;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::netns::Namespace;
 use crate::resp::{command, Reply, RespError};
 use crate::{find_program, free_port, TestkitError};
 
@@ -30,6 +32,8 @@ pub struct RedisServerBuilder {
     config: Vec<(String, String)>,
     /// Run as a sentinel with these config-file lines.
     sentinel: Option<Vec<String>>,
+    /// Run inside this network namespace, bound to its address.
+    namespace: Option<Namespace>,
 }
 
 impl RedisServerBuilder {
@@ -50,6 +54,14 @@ impl RedisServerBuilder {
     /// its config file (e.g. `sentinel monitor mymaster 127.0.0.1 7000 2`).
     pub fn sentinel(mut self, lines: &[String]) -> Self {
         self.sentinel = Some(lines.to_vec());
+        self
+    }
+
+    /// Runs the server inside `ns` (see [`PrivateNet`](crate::PrivateNet)), bound to the
+    /// namespace's address instead of 127.0.0.1, with protected mode off (its clients come
+    /// from the host's bridge address) and `DEBUG` allowed from there.
+    pub fn namespace(mut self, ns: &Namespace) -> Self {
+        self.namespace = Some(ns.clone());
         self
     }
 
@@ -135,11 +147,12 @@ impl RedisServer {
         let port = self.port.to_string();
         let dir = self.dir.path().to_string_lossy().into_owned();
         let log = self.log_path().to_string_lossy().into_owned();
+        let host = self.host().to_string();
         let mut args: Vec<String> = [
             "--port",
             &port,
             "--bind",
-            "127.0.0.1",
+            &host,
             "--dir",
             &dir,
             "--logfile",
@@ -148,10 +161,6 @@ impl RedisServer {
             "no",
             "--save",
             "",
-            "--protected-mode",
-            "yes",
-            "--enable-debug-command",
-            "local",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -161,7 +170,20 @@ impl RedisServer {
             Persistence::AofEverySec => ("yes", "everysec"),
             Persistence::AofAlways => ("yes", "always"),
         };
-        for (k, v) in [("appendonly", aof), ("appendfsync", fsync)] {
+        let netns = self.options.namespace.is_some();
+        // In a namespace the host's address is not local: protected mode and the DEBUG
+        // restriction would refuse the tests' own commands.
+        let (protected, debug) = if netns {
+            ("no", "yes")
+        } else {
+            ("yes", "local")
+        };
+        for (k, v) in [
+            ("appendonly", aof),
+            ("appendfsync", fsync),
+            ("protected-mode", protected),
+            ("enable-debug-command", debug),
+        ] {
             args.push(format!("--{k}"));
             args.push(v.to_owned());
         }
@@ -176,7 +198,11 @@ impl RedisServer {
                 });
             }
         }
-        let child = Command::new(&self.program)
+        let mut command = match &self.options.namespace {
+            Some(ns) => ns.command(&self.program),
+            None => Command::new(&self.program),
+        };
+        let child = command
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -212,14 +238,27 @@ impl RedisServer {
         })
     }
 
-    /// The port on 127.0.0.1.
+    /// The port (on [`host`](Self::host)).
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// The address the server listens on: 127.0.0.1, or its namespace's address.
+    pub fn host(&self) -> IpAddr {
+        self.options
+            .namespace
+            .as_ref()
+            .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |ns| IpAddr::V4(ns.addr))
+    }
+
+    /// The address and port the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.host(), self.port)
+    }
+
+    /// `redis://HOST:PORT` (`redis://127.0.0.1:PORT` unless in a namespace).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://{}", self.addr())
     }
 
     /// The server's PID, while it runs.
@@ -270,7 +309,18 @@ impl RedisServer {
 
     /// Sends one command on a fresh connection (for inspection in tests).
     pub fn command(&self, args: &[&str]) -> Result<Reply, RespError> {
-        command(self.port, args, Duration::from_secs(5))
+        command(self.addr(), args, Duration::from_secs(5))
+    }
+
+    /// Sends one command on a fresh connection to `addr` (the server, or a proxy in front
+    /// of it), waiting at most `timeout` for the connection and for each of its reads and
+    /// writes: a probe of whether, and how fast, the server answers.
+    pub fn command_via(
+        addr: SocketAddr,
+        args: &[&str],
+        timeout: Duration,
+    ) -> Result<Reply, RespError> {
+        command(addr, args, timeout)
     }
 
     /// One `field:value` line of `INFO` (e.g. `role`, `master_link_status`).

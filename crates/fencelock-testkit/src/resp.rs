@@ -64,8 +64,12 @@ impl From<std::io::Error> for RespError {
 }
 
 /// Sends one command on a fresh connection and reads its reply.
-pub(crate) fn command(port: u16, args: &[&str], timeout: Duration) -> Result<Reply, RespError> {
-    let stream = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), timeout)?;
+pub(crate) fn command(
+    addr: std::net::SocketAddr,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<Reply, RespError> {
+    let stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     let mut out = format!("*{}\r\n", args.len()).into_bytes();

@@ -3,7 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::netns::Namespace;
 use crate::{find_program, free_port, TestkitError};
 
 /// How long a server may take to serve after its JVM is started (a JVM starts in about a
@@ -71,8 +72,11 @@ pub fn four_letter(port: u16, word: &str) -> std::io::Result<String> {
 }
 
 fn four_letter_within(port: u16, word: &str, timeout: Duration) -> std::io::Result<String> {
-    let mut stream =
-        TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), timeout)?;
+    four_letter_at(SocketAddr::from(([127, 0, 0, 1], port)), word, timeout)
+}
+
+fn four_letter_at(addr: SocketAddr, word: &str, timeout: Duration) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     stream.write_all(word.as_bytes())?;
@@ -101,6 +105,7 @@ struct Membership {
 #[derive(Debug, Clone, Default)]
 pub struct ZooKeeperServerBuilder {
     config: Vec<(String, String)>,
+    namespace: Option<Namespace>,
 }
 
 impl ZooKeeperServerBuilder {
@@ -108,6 +113,13 @@ impl ZooKeeperServerBuilder {
     /// own lines, so it overrides them.
     pub fn config(mut self, key: &str, value: &str) -> Self {
         self.config.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Runs the server inside `ns` (see [`PrivateNet`](crate::PrivateNet)), its client port
+    /// bound to the namespace's address instead of 127.0.0.1 (standalone servers only).
+    pub fn namespace(mut self, ns: &Namespace) -> Self {
+        self.namespace = Some(ns.clone());
         self
     }
 
@@ -209,7 +221,7 @@ impl ZooKeeperServer {
              syncLimit=10\n\
              dataDir={data}\n\
              clientPort={port}\n\
-             clientPortAddress=127.0.0.1\n\
+             clientPortAddress={host}\n\
              minSessionTimeout={MIN_SESSION_TIMEOUT_MS}\n\
              maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}\n\
              admin.enableServer=false\n\
@@ -219,6 +231,7 @@ impl ZooKeeperServer {
              autopurge.purgeInterval=0\n",
             data = data.display(),
             port = self.port,
+            host = self.host(),
         );
         if let Some(member) = &self.member {
             fs::write(data.join("myid"), format!("{}\n", member.id))?;
@@ -253,7 +266,11 @@ impl ZooKeeperServer {
         } else {
             "org.apache.zookeeper.server.ZooKeeperServerMain"
         };
-        let child = Command::new(&self.java)
+        let mut command = match &self.options.namespace {
+            Some(ns) => ns.command(&self.java),
+            None => Command::new(&self.java),
+        };
+        let child = command
             .args(JVM_OPTIONS)
             .arg(format!(
                 "-Dlog4j.configuration=file:{}",
@@ -281,7 +298,7 @@ impl ZooKeeperServer {
             // A word that arrives while the server loads its data is answered "not serving",
             // but the server fails to close that connection (a NullPointerException in 3.8.0):
             // give up on it soon and ask again.
-            let answer = four_letter_within(self.port, "srvr", Duration::from_millis(500));
+            let answer = four_letter_at(self.addr(), "srvr", Duration::from_millis(500));
             if answer.ok().as_deref().and_then(mode_of).is_some() {
                 return Ok(());
             }
@@ -312,19 +329,32 @@ impl ZooKeeperServer {
         }
     }
 
-    /// The client port on 127.0.0.1.
+    /// The client port (on [`host`](Self::host)).
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// `zk://127.0.0.1:PORT`.
+    /// The client address: 127.0.0.1, or its namespace's address.
+    pub fn host(&self) -> IpAddr {
+        self.options
+            .namespace
+            .as_ref()
+            .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |ns| IpAddr::V4(ns.addr))
+    }
+
+    /// The client address and port.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.host(), self.port)
+    }
+
+    /// `zk://HOST:PORT` (`zk://127.0.0.1:PORT` unless in a namespace).
     pub fn url(&self) -> String {
         format!("zk://{}", self.connect_string())
     }
 
-    /// `127.0.0.1:PORT`, as ZooKeeper clients (Curator, `zookeeper-client`) take it.
+    /// `HOST:PORT`, as ZooKeeper clients (Curator, `zookeeper-client`) take it.
     pub fn connect_string(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.addr().to_string()
     }
 
     /// The server's PID, while it runs.
@@ -344,7 +374,7 @@ impl ZooKeeperServer {
 
     /// Sends a four-letter word to this server (see [`four_letter`]).
     pub fn four_letter(&self, word: &str) -> std::io::Result<String> {
-        four_letter(self.port, word)
+        four_letter_at(self.addr(), word, Duration::from_secs(2))
     }
 
     /// The server's mode as `srvr` tells it (`standalone`, `leader`, `follower`), or `None`

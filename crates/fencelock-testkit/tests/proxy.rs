@@ -101,3 +101,38 @@ fn forwards_swallows_cuts_and_refuses() {
         Some(&b"yes"[..])
     );
 }
+
+#[test]
+fn latency_delays_both_ways_in_order() {
+    let proxy = TcpProxy::start(echo_server()).unwrap();
+    let mut stream = connect(&proxy);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let began = std::time::Instant::now();
+    assert_eq!(
+        round_trip(&mut stream, b"fast").as_deref(),
+        Some(&b"fast"[..])
+    );
+    let fast = began.elapsed();
+    proxy.set_latency(Duration::from_millis(100));
+    assert_eq!(proxy.latency(), Duration::from_millis(100));
+    let began = std::time::Instant::now();
+    // Several chunks in a row come back whole and in order.
+    for msg in [&b"one"[..], b"two", b"three"] {
+        stream.write_all(msg).unwrap();
+    }
+    let mut got = vec![0u8; 11];
+    stream.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"onetwothree");
+    let slow = began.elapsed();
+    assert!(slow >= Duration::from_millis(200), "{slow:?}");
+    assert!(fast < Duration::from_millis(100), "{fast:?}");
+    proxy.set_latency(Duration::ZERO);
+    let began = std::time::Instant::now();
+    assert_eq!(
+        round_trip(&mut stream, b"again").as_deref(),
+        Some(&b"again"[..])
+    );
+    assert!(began.elapsed() < Duration::from_millis(100));
+}

@@ -171,9 +171,11 @@ pub enum Fault {
     SlotMigration,
     /// ZooKeeper ensemble: kill the leader, restart it once a new one leads.
     LeaderKill,
-    /// A network partition around one server (network namespaces).
+    /// Cut one server (RedLock: one of three) off from everyone for twice the lease, by
+    /// blackhole routes around its network namespace (needs CAP_NET_ADMIN).
     Partition,
-    /// netem delay around one server (network namespaces).
+    /// Delay one server's traffic by a sixth of the lease for twice the lease: `tc netem`,
+    /// or a delaying proxy where the kernel has no netem (needs CAP_NET_ADMIN).
     Netem,
 }
 

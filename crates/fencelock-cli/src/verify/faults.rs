@@ -2,7 +2,8 @@
 //! reason), when they run (a seeded schedule), and running each one with the evidence that
 //! it really happened: a client pause is checked to have stopped the process (state `T`) for
 //! longer than its lease, a kill to have ended it with SIGKILL, a restart to have changed
-//! the server's PID, a failover to have moved the master.
+//! the server's PID, a failover to have moved the master, a partition and a delay by probes
+//! from the host (`net.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use serde::Serialize;
 use super::args::{Backend, Fault};
 use super::clients::{stopped, Fleet};
 use super::events::now;
+use super::net::Net;
 use super::rng::Rng;
 use super::servers::Servers;
 
@@ -57,10 +59,10 @@ pub fn plan(faults: &[Fault], backend: Backend, external: bool) -> (Vec<Fault>, 
     for &fault in faults {
         let reason = if !backend.faults().contains(&fault) {
             Some(format!("does not apply to --backend {backend:?}").to_lowercase())
-        } else if matches!(fault, Fault::Partition | Fault::Netem) {
-            Some(netns_reason())
         } else if external && !fault.client_side() {
             Some("needs throwaway servers: with --url only client faults run".to_owned())
+        } else if matches!(fault, Fault::Partition | Fault::Netem) {
+            network_reason(backend, faults.contains(&Fault::LeaderKill))
         } else if fault == Fault::ServerRestart && faults.contains(&Fault::ServerRestartAof) {
             Some(
                 "this run's server keeps an append-only file for server-restart-aof; run \
@@ -81,24 +83,30 @@ pub fn plan(faults: &[Fault], backend: Backend, external: bool) -> (Vec<Fault>, 
     (run, skipped)
 }
 
-/// Why partitions and netem do not run: they need the server in a network namespace of its
-/// own, which the test kit does not start yet; says whether this process could create one.
-fn netns_reason() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let cap_net_admin = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|caps| caps & (1 << 12) != 0);
-    let here = if cap_net_admin {
-        "CAP_NET_ADMIN is available here"
-    } else {
-        "CAP_NET_ADMIN is missing here"
+/// Why `partition` and `netem` do not run on `backend`'s throwaway servers, if they do not
+/// (`ensemble`: the run starts three ZooKeeper or etcd members for leader-kill). Where they
+/// do, they still need CAP_NET_ADMIN: `servers::start` finds out.
+fn network_reason(backend: Backend, ensemble: bool) -> Option<String> {
+    let why = match backend {
+        Backend::Redis | Backend::Redlock => return None,
+        Backend::Zookeeper | Backend::Etcd if !ensemble => return None,
+        Backend::Sentinel => {
+            "not built for Sentinel: the test kit starts the master, replica and sentinels \
+             on loopback, and a partition of the master must also cut it from its replica and \
+             sentinels (runs on --backend redis and redlock)"
+        }
+        Backend::Cluster => {
+            "not built for Cluster: the test kit creates the cluster on loopback addresses \
+             that the nodes announce to each other and to clients, so a node cannot move into \
+             a namespace (runs on --backend redis and redlock)"
+        }
+        Backend::Zookeeper | Backend::Etcd => {
+            "not built for a three-member ensemble (started here for leader-kill): the test \
+             kit starts its members on loopback; it runs on the single server of a run \
+             without leader-kill"
+        }
     };
-    format!(
-        "not built in this binary: needs the server in a network namespace of its own (veth, \
-         tc netem, iptables), which the test kit does not start yet ({here})"
-    )
+    Some(why.to_owned())
 }
 
 /// The seeded schedule: the faults in a seeded order, spread over the middle of the run
@@ -135,7 +143,9 @@ pub fn cost(fault: Fault, lease: Duration) -> Duration {
         Fault::ServerRestart | Fault::ServerRestartAof => lease + s(1),
         Fault::SentinelFailover | Fault::ClusterFailover | Fault::SlotMigration => s(10),
         Fault::LeaderKill => s(20),
-        Fault::Partition | Fault::Netem => s(0),
+        // The fault, then PINGs until the server answers again.
+        Fault::Partition => long(lease) + s(2),
+        Fault::Netem => long(lease) + s(1),
     }
 }
 
@@ -156,6 +166,8 @@ pub struct Target<'a> {
     pub lease: Duration,
     /// The lock's name (Cluster faults act on its slot).
     pub lock: &'a str,
+    /// The private network of the network faults, if they run.
+    pub net: Option<&'a mut Net>,
 }
 
 /// Runs one fault and checks that it happened.
@@ -173,7 +185,11 @@ pub async fn inject(fault: Fault, t: &mut Target<'_>) -> Injected {
             start = now();
             let lease = t.lease;
             let (servers, lock) = (&mut *t.servers, t.lock);
-            let done = tokio::task::block_in_place(|| server_fault(fault, servers, lease, lock));
+            let net = t.net.as_deref_mut();
+            let done = tokio::task::block_in_place(|| match fault {
+                Fault::Partition | Fault::Netem => network_fault(fault, net, lease),
+                _ => server_fault(fault, servers, lease, lock),
+            });
             done.map(|(target, evidence)| match held {
                 Some(h) => (
                     target,
@@ -312,6 +328,17 @@ impl Process for ZooKeeperServer {
     }
     fn label(&self) -> String {
         format!("zookeeper :{}", self.port())
+    }
+}
+
+/// `partition` or `netem` around the server in its namespace, for twice the lease; the
+/// delay is a sixth of the lease (a round trip of a third with the proxy).
+fn network_fault(fault: Fault, net: Option<&mut Net>, lease: Duration) -> Outcome {
+    let net = net.ok_or("no private network was set up for this run")?;
+    if fault == Fault::Partition {
+        super::net::partition(net, long(lease), lease)
+    } else {
+        super::net::netem(net, lease / 6, long(lease))
     }
 }
 
@@ -569,7 +596,43 @@ mod tests {
             .collect();
         assert_eq!(reasons.len(), 3);
         assert!(reasons[0].1.contains("--url"), "{reasons:?}");
-        assert!(reasons[1].1.contains("network namespace"), "{reasons:?}");
+        assert!(
+            reasons[1].1.contains("needs throwaway servers"),
+            "{reasons:?}"
+        );
         assert!(reasons[2].1.contains("does not apply"), "{reasons:?}");
+
+        // Network faults run on throwaway Redis and RedLock (if the process may create
+        // namespaces, which `servers::start` finds out); elsewhere they say why not.
+        let network = [Fault::Partition, Fault::Netem];
+        for backend in [
+            Backend::Redis,
+            Backend::Redlock,
+            Backend::Zookeeper,
+            Backend::Etcd,
+        ] {
+            let (run, skipped) = plan(&network, backend, false);
+            assert_eq!(run, network.to_vec());
+            assert!(skipped.is_empty(), "{skipped:?}");
+        }
+        for (backend, word) in [
+            (Backend::Sentinel, "Sentinel"),
+            (Backend::Cluster, "Cluster"),
+            (Backend::Zookeeper, "ensemble"),
+            (Backend::Etcd, "ensemble"),
+        ] {
+            let asked = [&network[..], &[Fault::LeaderKill]].concat();
+            let (run, skipped) = plan(&asked, backend, false);
+            assert!(run.iter().all(|f| !network.contains(f)), "{run:?}");
+            let skipped: Vec<_> = skipped
+                .into_iter()
+                .filter(|s| s.fault != "leader-kill")
+                .collect();
+            assert_eq!(skipped.len(), 2);
+            assert!(
+                skipped.iter().all(|s| s.reason.contains(word)),
+                "{skipped:?}"
+            );
+        }
     }
 }

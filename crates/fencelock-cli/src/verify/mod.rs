@@ -16,6 +16,7 @@ mod check;
 mod clients;
 mod events;
 mod faults;
+mod net;
 mod progress;
 mod report;
 mod rng;
@@ -85,20 +86,28 @@ fn liveness_bound(lease: Duration, backend: Backend) -> Duration {
 async fn verify_with(
     args: &VerifyArgs,
     exe: std::path::PathBuf,
-    faults: Vec<Fault>,
-    skipped: Vec<faults::Skipped>,
+    mut faults: Vec<Fault>,
+    mut skipped: Vec<faults::Skipped>,
     started: &Started,
 ) -> Result<u8, (u8, String)> {
     let mut progress = Progress::new(Ui {
         tty: std::io::stdout().is_terminal(),
     });
+    let mut deployment = start_servers(args, &faults, &progress).await?;
+    // Network faults find out only now whether this process may create namespaces.
+    for (fault, reason) in std::mem::take(&mut deployment.unavailable) {
+        faults.retain(|&f| f != fault);
+        skipped.push(faults::Skipped {
+            fault: fault.name(),
+            reason,
+        });
+    }
     for s in &skipped {
         progress.line(&format!(
             "fencelock verify: skipped {}: {}",
             s.fault, s.reason
         ));
     }
-    let mut deployment = start_servers(args, &faults, &progress).await?;
     let lease = args.lease.unwrap_or(args.backend.default_lease());
     let bound = liveness_bound(lease, args.backend);
     let needed = faults::min_duration(&faults, lease);

@@ -126,6 +126,7 @@ pub async fn run(
         servers: &mut deployment.servers,
         lease: spec.lease,
         lock: &lock,
+        net: deployment.net.as_mut(),
     };
     let injected = drive(&spec, start, &mut target, progress).await;
     progress.doing.clear();
