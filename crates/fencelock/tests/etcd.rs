@@ -496,3 +496,20 @@ async fn a_waiter_whose_lease_ends_does_not_acquire() {
     })
     .await;
 }
+
+/// `common::failed_release_is_never_reentered`. Failed before the fix: the failed delete made
+/// the holding re-enterable, and the owner's next `try_acquire` returned the old token at once,
+/// with no request, while another client held the lock (found by `fencelock verify
+/// --faults netem`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_release_is_never_reentered() {
+    let etcd = server();
+    let proxy = fencelock_testkit::TcpProxy::start(etcd.port()).expect("proxy");
+    let proxied = format!("etcd://{}", proxy.connect_string());
+    within(
+        60.0,
+        "failed release",
+        common::failed_release_is_never_reentered(&proxied, &etcd.url(), &proxy),
+    )
+    .await;
+}

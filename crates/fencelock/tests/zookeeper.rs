@@ -1059,3 +1059,20 @@ async fn create_reply_later_than_the_response_timeout_leaves_no_node() {
     })
     .await;
 }
+
+/// `common::failed_release_is_never_reentered`. Failed before the fix: the failed delete made
+/// the holding re-enterable, and the owner's next `try_acquire` returned the old token at once,
+/// with no request, while another client held the lock (found by `fencelock verify
+/// --faults netem`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_release_is_never_reentered() {
+    let zk = server();
+    let proxy = TcpProxy::start(zk.port()).expect("proxy");
+    let proxied = format!("zk://{}", proxy.connect_string());
+    within(
+        60.0,
+        "failed release",
+        common::failed_release_is_never_reentered(&proxied, &zk.url(), &proxy),
+    )
+    .await;
+}

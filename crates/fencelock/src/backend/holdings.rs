@@ -4,7 +4,9 @@
 //! a stale guard never gives back a newer holding.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use super::Released;
 use crate::lease::{LeaseState, Lost};
@@ -100,23 +102,20 @@ impl Holdings {
         Step::Last(holding.path.clone())
     }
 
-    /// The node of a [`Step::Last`] was deleted (`true`), or the delete failed and the hold
-    /// stays, to be given back again.
-    pub(crate) fn deleted(&self, name: &str, owner: &Arc<str>, path: &str, done: bool) {
+    /// The node of a [`Step::Last`] is gone: the holding ends.
+    pub(crate) fn end(&self, name: &str, owner: &Arc<str>, path: &str) {
         let mut map = self.map();
         let key = (name.to_owned(), owner.clone());
-        if let Some(holding) = map.get_mut(&key).filter(|h| h.path == path) {
-            if done {
-                map.remove(&key);
-            } else {
-                holding.closing = false;
-            }
+        if map.get(&key).is_some_and(|h| h.path == path) {
+            map.remove(&key);
         }
     }
 
     /// Settles a [`Step::Last`] with the outcome of its delete (`Ok(true)`: deleted,
     /// `Ok(false)`: gone already, with its session or by a forced unlock). A failed delete
-    /// keeps the hold, so that a later give-back tries again.
+    /// leaves the holding closed: its node may be gone (the reply was lost, and another client
+    /// may hold the lock by now), so it is never re-entered; the caller deletes it again in
+    /// the background ([`delete_later`]) and a new acquire of the owner makes a new node.
     pub(crate) fn settle<E>(
         &self,
         name: &str,
@@ -124,7 +123,9 @@ impl Holdings {
         path: &str,
         deleted: Result<bool, E>,
     ) -> Result<Released, E> {
-        self.deleted(name, owner, path, deleted.is_ok());
+        if deleted.is_ok() {
+            self.end(name, owner, path);
+        }
         deleted.map(|done| match done {
             true => Released::Released,
             false => Released::NotHeld,
@@ -189,4 +190,30 @@ impl Holdings {
     pub(crate) fn holds(&self, name: &str, owner: &Arc<str>) -> bool {
         self.map().contains_key(&(name.to_owned(), owner.clone()))
     }
+}
+
+/// How long a background delete pauses between tries.
+const DELETE_AGAIN: Duration = Duration::from_millis(100);
+
+/// Tries `delete` again (a holding's node or key whose delete failed) until it says it is
+/// done: deleted, gone already, or gone with the session or lease that ended; `delete` ends
+/// the holding then ([`Holdings::end`]). Holds the service only by `Weak`, so it stops when
+/// the client goes (its session, and the node, go with it).
+pub(crate) fn delete_later<I, F, Fut>(service: Weak<I>, delete: F)
+where
+    I: Send + Sync + 'static,
+    F: Fn(Arc<I>) -> Fut + Send + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    tokio::spawn(async move {
+        loop {
+            let Some(service) = service.upgrade() else {
+                return;
+            };
+            if delete(service).await {
+                return;
+            }
+            tokio::time::sleep(DELETE_AGAIN).await;
+        }
+    });
 }

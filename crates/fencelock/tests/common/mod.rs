@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use fencelock::{Client, ClientOptions};
-use fencelock_testkit::RedisServer;
+use fencelock_testkit::{RedisServer, TcpProxy};
 
 pub fn server() -> RedisServer {
     RedisServer::start().expect("start redis-server")
@@ -68,4 +68,47 @@ pub async fn redlock(servers: &[RedisServer], options: ClientOptions) -> Client 
 pub fn has_key(server: &RedisServer, name: &str) -> bool {
     let key = format!("fencelock:{{{name}}}");
     server.command(&["EXISTS", &key]).ok().and_then(|r| r.int()) == Some(1)
+}
+
+/// A release whose delete fails (its reply later than the response timeout; the server may
+/// have deleted the node or key all the same) leaves the holding closed: the owner's next
+/// acquire never re-enters it with the old token, and the lock is free again once the node
+/// or key is gone, deleted late or again in the background. For the services whose holdings
+/// the client counts (ZooKeeper, etcd): `proxied` reaches the server through `proxy`,
+/// `direct` does not.
+pub async fn failed_release_is_never_reentered(proxied: &str, direct: &str, proxy: &TcpProxy) {
+    let options = ClientOptions::default()
+        .default_lease(Duration::from_millis(10_000))
+        .response_timeout(Duration::from_millis(300));
+    let a = Client::connect_with(proxied, options.clone())
+        .await
+        .unwrap();
+    let lock = a.lock("failed-release");
+    let held = lock.acquire().await.unwrap();
+    let first = held.fencing_token();
+    proxy.set_latency(Duration::from_millis(1_000));
+    let released = held.release().await;
+    assert!(
+        released.is_err(),
+        "the delete's reply is late: {released:?}"
+    );
+    proxy.set_latency(Duration::ZERO);
+    let b = Client::connect_with(direct, options).await.unwrap();
+    let other = b
+        .lock("failed-release")
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .expect("the lock is free: deleted late, or again in the background");
+    assert!(other.fencing_token() > first);
+    let again = lock.try_acquire().await.unwrap();
+    assert!(
+        again.is_err(),
+        "re-entered a released holding: {:?}",
+        again.map(|g| g.fencing_token())
+    );
+    let second = other.fencing_token();
+    other.release().await.unwrap();
+    let mine = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
+    assert!(mine.fencing_token() > second);
+    mine.release().await.unwrap();
 }

@@ -143,7 +143,7 @@ impl Etcd {
             let given = inner.give_back(&hold.keys.name, &hold.owner, Some(hold.id)).await;
             if let Err(e) = given {
                 background.failed();
-                tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the key goes with the lease");
+                tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the key is deleted again in the background until it is gone or the lease ends");
             }
         });
     }
@@ -318,7 +318,7 @@ impl Inner {
             }
         }
         self.alive(name)?;
-        if self.holdings.holds(name, request.owner) {
+        if !self.session.is_live() && self.holdings.holds(name, request.owner) {
             // Held, but no keep-alive was answered within the TTL: the lease, and this
             // owner's holding, may be gone.
             return Err(Error::Unavailable {

@@ -6,17 +6,17 @@ use std::time::Duration;
 use super::recipe::{self, Entry};
 use super::session::Fault;
 use super::{Inner, SERVICE};
-use crate::backend::holdings::Step;
+use crate::backend::holdings::{delete_later, Step};
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::status::Waiter;
 
 impl Inner {
     /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the key (only
-    /// the revision this holding put). A delete that fails keeps the hold, so that a later
-    /// give-back tries again.
+    /// the revision this holding put). A delete that fails goes on in the background, and the
+    /// holding is not re-entered meanwhile (the key may be gone, the lock someone else's).
     pub(super) async fn give_back(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         owner: &Arc<str>,
         id: Option<u64>,
@@ -30,19 +30,35 @@ impl Inner {
         let revision = token.and_then(|t| i64::try_from(t).ok());
         // `Ok(false)`: gone already, force-unlocked or with the lease that ended.
         let deleted = recipe::delete(&self.session, &key, revision).await;
-        if deleted.is_ok() {
+        if deleted.is_err() {
+            let (name, owner, key) = (name.to_owned(), owner.clone(), key.clone());
+            delete_later(Arc::downgrade(self), move |inner| {
+                let (name, owner, key) = (name.clone(), owner.clone(), key.clone());
+                async move {
+                    let deleted = recipe::delete(&inner.session, &key, revision).await;
+                    let done = deleted.is_ok() || inner.session.ended.is_cancelled();
+                    if done {
+                        inner.holdings.end(&name, &owner, &key);
+                        inner.slots.free(&name);
+                    }
+                    done
+                }
+            });
+        }
+        // The holding ends before the slot is free: a new attempt of this client puts the
+        // same key, and must not find the old holding in the map.
+        let released = self.holdings.settle(name, owner, &key, deleted);
+        if released.is_ok() {
             self.slots.free(name);
         }
-        self.holdings
-            .settle(name, owner, &key, deleted)
-            .map_err(|e| self.fail(Some(name), e))
+        released.map_err(|e| self.fail(Some(name), e))
     }
 
     /// `Lock::release`: the owner's newest hold in this client. A holding of this owner id
     /// under another client's lease cannot be released from here (typed error); none is
     /// `NotHeld`.
     pub(super) async fn release_owner(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         owner: &Arc<str>,
     ) -> Result<Released, Error> {

@@ -134,7 +134,7 @@ impl ZooKeeper {
             let given = inner.give_back(&hold.keys.name, &hold.owner, Some(hold.id)).await;
             if let Err(e) = given {
                 background.failed();
-                tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the node goes with the session");
+                tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the node is deleted again in the background until it is gone or the session ends");
             }
         });
     }
@@ -354,9 +354,11 @@ impl Inner {
             }
         }
         self.alive(name)?;
-        if self.holdings.holds(name, request.owner) {
+        if !self.session.is_live() && self.holdings.holds(name, request.owner) {
             // Held, but the server has not been heard from for the session timeout: the
             // holding may be gone, and a second node of this owner would queue behind it.
+            // (A holding whose release failed, in a live session, is no reason to refuse:
+            // its node is deleted again in the background, and a new node waits for that.)
             return Err(Error::Unavailable {
                 lock: Some(name.clone()),
                 server: self.session.server.clone(),

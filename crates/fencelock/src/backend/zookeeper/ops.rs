@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zookeeper_client as zk;
 
 use super::{recipe, Inner, SERVICE};
-use crate::backend::holdings::Step;
+use crate::backend::holdings::{delete_later, Step};
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::status::Waiter;
@@ -21,7 +21,7 @@ impl Inner {
     /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the node. A
     /// delete that fails keeps the hold, so that a later give-back tries again.
     pub(super) async fn give_back(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         owner: &Arc<str>,
         id: Option<u64>,
@@ -31,23 +31,42 @@ impl Inner {
             Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
             Step::Last(path) => path,
         };
-        let deleted = match self.session.call(|zk| zk.delete(&path, None)).await {
-            Ok(()) => Ok(true),
-            // Gone already: force-unlocked, or with the session that ended.
-            Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => {
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        };
+        let deleted = self.delete(&path).await;
+        if deleted.is_err() {
+            let (name, owner, path) = (name.to_owned(), owner.clone(), path.clone());
+            delete_later(Arc::downgrade(self), move |inner| {
+                let (name, owner, path) = (name.clone(), owner.clone(), path.clone());
+                async move {
+                    let done =
+                        inner.delete(&path).await.is_ok() || inner.session.ended.is_cancelled();
+                    if done {
+                        inner.holdings.end(&name, &owner, &path);
+                    }
+                    done
+                }
+            });
+        }
         self.holdings
             .settle(name, owner, &path, deleted)
             .map_err(|e| self.fail(Some(name), e))
     }
 
+    /// Deletes a holding's node: `Ok(false)` when it is gone already (force-unlocked, or with
+    /// the session that ended).
+    async fn delete(&self, path: &str) -> Result<bool, zk::Error> {
+        match self.session.call(|zk| zk.delete(path, None)).await {
+            Ok(()) => Ok(true),
+            Err(zk::Error::NoNode | zk::Error::SessionExpired | zk::Error::ClientClosed) => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// `Lock::release`: the owner's newest hold in this client. A holding of this owner id in
     /// another session cannot be released from here (typed error); none is `NotHeld`.
     pub(super) async fn release_owner(
-        &self,
+        self: &Arc<Self>,
         name: &str,
         owner: &Arc<str>,
     ) -> Result<Released, Error> {
