@@ -17,10 +17,13 @@ else
   echo "cargo-nextest not found; using cargo test (no per-test timeouts)" >&2
   run_tests() { cargo test "$@"; }
 fi
-# A ZooKeeper-only and an etcd-only build (no Redis client compiled): the library's own
-# tests, the conformance suite on that service, and the refusal of the others' URLs.
-for service in zookeeper etcd; do
-  run_tests -p fencelock --no-default-features --features "$service" \
-    --lib --test conformance --test features
+# README's "Cargo features": the default build (Redis alone), a ZooKeeper-only and an
+# etcd-only build (no Redis client compiled): the library's own tests, the conformance suite
+# on that build's services, and the refusal of the others' URLs. Everything else runs below
+# with every feature on.
+for features in "" "--no-default-features --features zookeeper" \
+  "--no-default-features --features etcd"; do
+  # shellcheck disable=SC2086 # the flags are words
+  run_tests -p fencelock $features --lib --test conformance --test features
 done
 run_tests --workspace --all-features --lib --bins --tests

@@ -137,8 +137,10 @@ impl Guard {
     ///
     /// The release names this guard's hold: a guard whose lock was lost and taken again (by
     /// this owner too) never gives back the newer holding. A release that fails (the server
-    /// is away) is not forgotten: the owner's next attempt on this lock gives the hold back
-    /// first, and the lease ends it at the latest.
+    /// is away) is not forgotten: on Redis the owner's next attempt on this lock gives the
+    /// hold back first; on ZooKeeper and etcd the node or key is deleted again in the
+    /// background, and the holding is never re-entered meanwhile. The lease (session) ends it
+    /// at the latest.
     pub async fn release(mut self) -> Result<Released> {
         self.state.finish();
         let client = &self.client;

@@ -161,7 +161,19 @@ async fn connect_redis(
     _options: &ClientOptions,
     _background: &Background,
 ) -> Result<(Service, Vec<String>)> {
-    Err(not_built(&urls.join(" "), "redis"))
+    let url = urls.first().copied().unwrap_or_default();
+    if !urls.is_empty() && urls.iter().all(|u| u.starts_with("redis")) {
+        return Err(not_built(url, "redis"));
+    }
+    Err(InputError::InvalidUrl {
+        url: crate::redact_url(url),
+        reason: format!(
+            "not a URL of a lock service this build has ({}; Redis URLs need the `redis` cargo \
+             feature)",
+            built_schemes()
+        ),
+    }
+    .into())
 }
 
 #[cfg(feature = "zookeeper")]
@@ -196,4 +208,19 @@ fn not_built(url: &str, feature: &str) -> Error {
         ),
     }
     .into()
+}
+
+/// The URL schemes of the services this build has, other than Redis.
+#[cfg(not(feature = "redis"))]
+fn built_schemes() -> String {
+    let schemes = [
+        ("zk://", cfg!(feature = "zookeeper")),
+        ("etcd://", cfg!(feature = "etcd")),
+    ];
+    let built: Vec<&str> = schemes
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(s, _)| *s)
+        .collect();
+    built.join(", ")
 }

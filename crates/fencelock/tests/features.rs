@@ -29,3 +29,20 @@ async fn urls_of_services_left_out_are_refused_by_name() {
         }
     }
 }
+
+/// Without Redis, a URL of no known service is refused as such, not blamed on the feature.
+#[cfg(not(feature = "redis"))]
+#[tokio::test]
+async fn an_unknown_scheme_is_not_blamed_on_the_redis_feature() {
+    for url in ["http://127.0.0.1:1", "ZK://127.0.0.1:1", ""] {
+        match Client::connect(url).await {
+            Err(Error::InvalidInput(InputError::InvalidUrl { reason, .. })) => {
+                assert!(
+                    reason.starts_with("not a URL of a lock service"),
+                    "{url:?}: {reason}"
+                )
+            }
+            other => panic!("{url:?}: {:?}", other.err()),
+        }
+    }
+}

@@ -27,8 +27,18 @@ pub(crate) enum Step {
     NotHeld,
     /// Holds are left.
     StillHeld(u64),
-    /// It was the last hold: delete this node, then call [`Holdings::deleted`].
-    Last(String),
+    /// It was the last hold: delete this node, then settle the holding
+    /// ([`Holdings::settle`]).
+    Last(Closing),
+}
+
+/// A holding whose last hold was given back: its node (key) is to be deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Closing {
+    pub(crate) name: String,
+    pub(crate) owner: Arc<str>,
+    pub(crate) path: String,
+    pub(crate) token: u64,
 }
 
 /// Every holding of the client's session.
@@ -86,9 +96,13 @@ impl Holdings {
         let Some(holding) = map.get_mut(&(name.to_owned(), owner.clone())) else {
             return Step::NotHeld;
         };
+        if holding.closing {
+            // Its last hold was given back already (a guard dropped after a failed release
+            // comes here): one delete, and one settlement, per holding.
+            return Step::NotHeld;
+        }
         let at = match id {
             Some(id) => holding.holds.iter().position(|(h, _)| *h == id),
-            None if holding.closing => None,
             None => holding.holds.len().checked_sub(1),
         };
         let Some(at) = at else {
@@ -99,16 +113,25 @@ impl Holdings {
             return Step::StillHeld(holding.holds.len() as u64);
         }
         holding.closing = true;
-        Step::Last(holding.path.clone())
+        Step::Last(Closing {
+            name: name.to_owned(),
+            owner: owner.clone(),
+            path: holding.path.clone(),
+            token: holding.token,
+        })
     }
 
-    /// The node of a [`Step::Last`] is gone: the holding ends.
-    pub(crate) fn end(&self, name: &str, owner: &Arc<str>, path: &str) {
+    /// The node of a [`Step::Last`] is gone: that holding ends, and no other (on etcd a newer
+    /// holding has the same key, with another token). Returns whether it was still there.
+    pub(crate) fn end(&self, closing: &Closing) -> bool {
         let mut map = self.map();
-        let key = (name.to_owned(), owner.clone());
-        if map.get(&key).is_some_and(|h| h.path == path) {
+        let key = (closing.name.clone(), closing.owner.clone());
+        let same = |h: &Holding| h.closing && h.path == closing.path && h.token == closing.token;
+        let ended = map.get(&key).is_some_and(same);
+        if ended {
             map.remove(&key);
         }
+        ended
     }
 
     /// Settles a [`Step::Last`] with the outcome of its delete (`Ok(true)`: deleted,
@@ -118,13 +141,11 @@ impl Holdings {
     /// the background ([`delete_later`]) and a new acquire of the owner makes a new node.
     pub(crate) fn settle<E>(
         &self,
-        name: &str,
-        owner: &Arc<str>,
-        path: &str,
+        closing: &Closing,
         deleted: Result<bool, E>,
     ) -> Result<Released, E> {
         if deleted.is_ok() {
-            self.end(name, owner, path);
+            self.end(closing);
         }
         deleted.map(|done| match done {
             true => Released::Released,
@@ -160,14 +181,6 @@ impl Holdings {
             .filter(|(_, h)| !h.closing)
             .map(|((n, o), h)| (n.clone(), o.clone(), h.path.clone(), h.token))
             .collect()
-    }
-
-    /// The token of the owner's holding, if this client holds the lock as `owner`.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub(crate) fn token(&self, name: &str, owner: &Arc<str>) -> Option<u64> {
-        self.map()
-            .get(&(name.to_owned(), owner.clone()))
-            .map(|h| h.token)
     }
 
     /// Whether the owner holds the node `path` and is not deleting it.
@@ -216,4 +229,61 @@ where
             tokio::time::sleep(DELETE_AGAIN).await;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::lease::Hold;
+    use crate::name::LockKeys;
+
+    fn lease(id: u64, token: u64) -> Arc<LeaseState> {
+        let hold = Hold {
+            keys: Arc::new(LockKeys::new("l").unwrap()),
+            owner: "o".into(),
+            lease: Duration::from_secs(10),
+            renew: false,
+            id,
+            token,
+        };
+        let later = Instant::now() + Duration::from_secs(10);
+        Arc::new(LeaseState::new(hold, later, later))
+    }
+
+    /// A holding whose delete failed is closed: no re-entry, no second delete; and the late
+    /// end of its delete leaves a newer holding with the same key (etcd) alone.
+    #[tokio::test]
+    async fn a_closing_holding_is_neither_reentered_nor_given_back_twice() {
+        let (holdings, owner) = (Holdings::default(), Arc::<str>::from("o"));
+        let first = lease(1, 100);
+        holdings.insert("l", &owner, "key".into(), &first);
+        let Step::Last(closing) = holdings.give_back("l", &owner, Some(1)) else {
+            panic!("the only hold is the last");
+        };
+        let failed: Result<bool, ()> = Err(());
+        assert_eq!(holdings.settle(&closing, failed), Err(()));
+        assert!(holdings.reenter("l", &owner, |_| unreachable!()).is_none());
+        assert_eq!(holdings.give_back("l", &owner, Some(1)), Step::NotHeld);
+        assert_eq!(holdings.give_back("l", &owner, None), Step::NotHeld);
+        let second = lease(2, 200);
+        holdings.insert("l", &owner, "key".into(), &second);
+        assert!(
+            !holdings.end(&closing),
+            "the old delete ends only its own holding"
+        );
+        assert!(holdings.live("l", &owner, "key"));
+        assert_eq!(
+            holdings.give_back("l", &owner, Some(2)),
+            Step::Last(Closing {
+                name: "l".into(),
+                owner: owner.clone(),
+                path: "key".into(),
+                token: 200,
+            })
+        );
+    }
 }

@@ -110,5 +110,7 @@ pub async fn failed_release_is_never_reentered(proxied: &str, direct: &str, prox
     other.release().await.unwrap();
     let mine = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
     assert!(mine.fencing_token() > second);
-    mine.release().await.unwrap();
+    assert_eq!(mine.release().await.unwrap(), fencelock::Released::Released);
+    let last = b.lock("failed-release").try_acquire().await.unwrap();
+    assert!(last.is_ok(), "the lock is free after the owner's release");
 }

@@ -329,7 +329,13 @@ impl Inner {
                     .into(),
             });
         }
-        let Some(slot) = self.slots.take(name, wait).await else {
+        // An owner of this client waits here for another's holding to end; if the lease ends
+        // first, that holding's slot is never freed in this lease: stop waiting then.
+        let slot = tokio::select! {
+            slot = self.slots.take(name, wait) => slot,
+            () = self.session.ended.cancelled() => return Err(self.fail(Some(name), Fault::Ended)),
+        };
+        let Some(slot) = slot else {
             return match wait {
                 Wait::Until(Some((_, waited))) => Err(Error::Timeout {
                     lock: name.clone(),

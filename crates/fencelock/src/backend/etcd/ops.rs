@@ -21,25 +21,22 @@ impl Inner {
         owner: &Arc<str>,
         id: Option<u64>,
     ) -> Result<Released, Error> {
-        let token = self.holdings.token(name, owner);
-        let key = match self.holdings.give_back(name, owner, id) {
+        let closing = match self.holdings.give_back(name, owner, id) {
             Step::NotHeld => return Ok(Released::NotHeld),
             Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
-            Step::Last(key) => key,
+            Step::Last(closing) => closing,
         };
-        let revision = token.and_then(|t| i64::try_from(t).ok());
-        // `Ok(false)`: gone already, force-unlocked or with the lease that ended.
-        let deleted = recipe::delete(&self.session, &key, revision).await;
+        let revision = i64::try_from(closing.token).ok();
+        let deleted = recipe::delete(&self.session, &closing.path, revision).await;
         if deleted.is_err() {
-            let (name, owner, key) = (name.to_owned(), owner.clone(), key.clone());
+            let closing = closing.clone();
             delete_later(Arc::downgrade(self), move |inner| {
-                let (name, owner, key) = (name.clone(), owner.clone(), key.clone());
+                let closing = closing.clone();
                 async move {
-                    let deleted = recipe::delete(&inner.session, &key, revision).await;
+                    let deleted = recipe::delete(&inner.session, &closing.path, revision).await;
                     let done = deleted.is_ok() || inner.session.ended.is_cancelled();
-                    if done {
-                        inner.holdings.end(&name, &owner, &key);
-                        inner.slots.free(&name);
+                    if done && inner.holdings.end(&closing) {
+                        inner.slots.free(&closing.name);
                     }
                     done
                 }
@@ -47,7 +44,7 @@ impl Inner {
         }
         // The holding ends before the slot is free: a new attempt of this client puts the
         // same key, and must not find the old holding in the map.
-        let released = self.holdings.settle(name, owner, &key, deleted);
+        let released = self.holdings.settle(&closing, deleted);
         if released.is_ok() {
             self.slots.free(name);
         }

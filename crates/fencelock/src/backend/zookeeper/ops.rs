@@ -19,35 +19,36 @@ struct Children {
 
 impl Inner {
     /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the node. A
-    /// delete that fails keeps the hold, so that a later give-back tries again.
+    /// delete that fails (the node may be gone) closes the holding to re-entry and goes on
+    /// in the background until the node is gone or the session ends.
     pub(super) async fn give_back(
         self: &Arc<Self>,
         name: &str,
         owner: &Arc<str>,
         id: Option<u64>,
     ) -> Result<Released, Error> {
-        let path = match self.holdings.give_back(name, owner, id) {
+        let closing = match self.holdings.give_back(name, owner, id) {
             Step::NotHeld => return Ok(Released::NotHeld),
             Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
-            Step::Last(path) => path,
+            Step::Last(closing) => closing,
         };
-        let deleted = self.delete(&path).await;
+        let deleted = self.delete(&closing.path).await;
         if deleted.is_err() {
-            let (name, owner, path) = (name.to_owned(), owner.clone(), path.clone());
+            let closing = closing.clone();
             delete_later(Arc::downgrade(self), move |inner| {
-                let (name, owner, path) = (name.clone(), owner.clone(), path.clone());
+                let closing = closing.clone();
                 async move {
-                    let done =
-                        inner.delete(&path).await.is_ok() || inner.session.ended.is_cancelled();
+                    let deleted = inner.delete(&closing.path).await;
+                    let done = deleted.is_ok() || inner.session.ended.is_cancelled();
                     if done {
-                        inner.holdings.end(&name, &owner, &path);
+                        inner.holdings.end(&closing);
                     }
                     done
                 }
             });
         }
         self.holdings
-            .settle(name, owner, &path, deleted)
+            .settle(&closing, deleted)
             .map_err(|e| self.fail(Some(name), e))
     }
 
