@@ -228,6 +228,15 @@ impl Drop for Attempt {
     }
 }
 
+/// The lease ends with the last handle on what lives in it (also one that was opened and
+/// then given up, e.g. by a dropped future): its background work would otherwise keep it
+/// alive.
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.session.stop();
+    }
+}
+
 impl Ends for Inner {
     type Target = url::EtcdTarget;
     const WHAT: &'static str = "etcd lease";

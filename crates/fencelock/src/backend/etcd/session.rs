@@ -165,6 +165,9 @@ impl Session {
     /// Stops the keep-alives and revokes the lease in the background, so that keys left
     /// behind (a give-back that failed) go at once rather than after the TTL.
     pub(crate) fn stop(&self) {
+        if self.stop.is_cancelled() {
+            return; // stopped already: the lease was revoked then
+        }
         self.stop.cancel();
         let (mut lease, id, bound) = (
             self.client.lease_client(),

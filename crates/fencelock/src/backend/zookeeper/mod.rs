@@ -253,6 +253,15 @@ impl Drop for Attempt {
     }
 }
 
+/// The session ends with the last handle on what lives in it (also one that was opened and
+/// then given up, e.g. by a dropped future): its background work would otherwise keep it
+/// alive.
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.session.stop();
+    }
+}
+
 impl Ends for Inner {
     type Target = url::ZkTarget;
     const WHAT: &'static str = "ZooKeeper session";
@@ -285,15 +294,19 @@ impl Inner {
         options: &ClientOptions,
     ) -> Result<(Arc<Self>, Vec<String>), Error> {
         let (session, warnings) = Session::connect(&target.hosts, options).await?;
-        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        let made = session.call(|zk| zk.mkdir(&target.base, &persistent)).await;
+        // Made before the first request, so that an open given up there (a failed mkdir, a
+        // dropped future) stops the session with it.
         let inner = Self {
             session,
             holdings: Holdings::default(),
             base: target.base.clone(),
         };
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let made = inner
+            .session
+            .call(|zk| zk.mkdir(&inner.base, &persistent))
+            .await;
         if let Err(e) = made {
-            inner.session.stop();
             return Err(inner.fail(None, e));
         }
         Ok((Arc::new(inner), warnings))
