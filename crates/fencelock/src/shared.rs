@@ -129,8 +129,8 @@ async fn connect_service(
             .into());
         };
         return match scheme {
-            "zk://" => connect_zookeeper(url, options).await,
-            _ => connect_etcd(url, options).await,
+            "zk://" => connect_zookeeper(url, options, background).await,
+            _ => connect_etcd(url, options, background).await,
         };
     }
     connect_redis(urls, options, background).await
@@ -177,24 +177,40 @@ async fn connect_redis(
 }
 
 #[cfg(feature = "zookeeper")]
-async fn connect_zookeeper(url: &str, options: &ClientOptions) -> Result<(Service, Vec<String>)> {
-    let (zk, warnings) = Box::pin(ZooKeeper::connect(url, options)).await?;
+async fn connect_zookeeper(
+    url: &str,
+    options: &ClientOptions,
+    background: &Background,
+) -> Result<(Service, Vec<String>)> {
+    let (zk, warnings) = Box::pin(ZooKeeper::connect(url, options, background)).await?;
     Ok((Service::ZooKeeper(zk), warnings))
 }
 
 #[cfg(not(feature = "zookeeper"))]
-async fn connect_zookeeper(url: &str, _options: &ClientOptions) -> Result<(Service, Vec<String>)> {
+async fn connect_zookeeper(
+    url: &str,
+    _options: &ClientOptions,
+    _background: &Background,
+) -> Result<(Service, Vec<String>)> {
     Err(not_built(url, "zookeeper"))
 }
 
 #[cfg(feature = "etcd")]
-async fn connect_etcd(url: &str, options: &ClientOptions) -> Result<(Service, Vec<String>)> {
-    let (etcd, warnings) = Box::pin(Etcd::connect(url, options)).await?;
+async fn connect_etcd(
+    url: &str,
+    options: &ClientOptions,
+    background: &Background,
+) -> Result<(Service, Vec<String>)> {
+    let (etcd, warnings) = Box::pin(Etcd::connect(url, options, background)).await?;
     Ok((Service::Etcd(etcd), warnings))
 }
 
 #[cfg(not(feature = "etcd"))]
-async fn connect_etcd(url: &str, _options: &ClientOptions) -> Result<(Service, Vec<String>)> {
+async fn connect_etcd(
+    url: &str,
+    _options: &ClientOptions,
+    _background: &Background,
+) -> Result<(Service, Vec<String>)> {
     Err(not_built(url, "etcd"))
 }
 

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use crate::background::Background;
 use crate::error::Error;
 use crate::options::ClientOptions;
 
@@ -14,10 +15,12 @@ pub(crate) trait Ends: Sized + Send + Sync {
     type Target: Send + Sync;
     /// What it is, for logs: "ZooKeeper session", "etcd lease".
     const WHAT: &'static str;
-    /// Opens one, with warnings for the caller of `connect`.
+    /// Opens one, with warnings for the caller of `connect`; its work that must outlive a
+    /// call goes to the client's `background`.
     fn open(
         target: &Self::Target,
         options: &ClientOptions,
+        background: &Background,
     ) -> impl Future<Output = Result<(Arc<Self>, Vec<String>), Error>> + Send;
     /// Whether it has ended (expired, revoked or closed) for good.
     fn has_ended(&self) -> bool;
@@ -33,6 +36,7 @@ pub(crate) struct Current<T: Ends> {
     reopening: tokio::sync::Mutex<()>,
     target: T::Target,
     options: ClientOptions,
+    background: Background,
 }
 
 impl<T: Ends> Current<T> {
@@ -40,13 +44,15 @@ impl<T: Ends> Current<T> {
     pub(crate) async fn open(
         target: T::Target,
         options: &ClientOptions,
+        background: &Background,
     ) -> Result<(Self, Vec<String>), Error> {
-        let (first, warnings) = T::open(&target, options).await?;
+        let (first, warnings) = T::open(&target, options, background).await?;
         let current = Self {
             now: Mutex::new(first),
             reopening: tokio::sync::Mutex::new(()),
             target,
             options: options.clone(),
+            background: background.clone(),
         };
         Ok((current, warnings))
     }
@@ -73,7 +79,7 @@ impl<T: Ends> Current<T> {
         if !now.has_ended() {
             return Ok(now);
         }
-        let (fresh, _) = T::open(&self.target, &self.options).await?;
+        let (fresh, _) = T::open(&self.target, &self.options, &self.background).await?;
         tracing::info!(
             old = format_args!("{:#x}", now.id()),
             new = format_args!("{:#x}", fresh.id()),

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::Released;
+use crate::background::Background;
 use crate::lease::{LeaseState, Lost};
 
 /// One holding: a lock node (key) of this session and the holds (guards) over it.
@@ -210,15 +211,17 @@ const DELETE_AGAIN: Duration = Duration::from_millis(100);
 
 /// Tries `delete` again (a holding's node or key whose delete failed) until it says it is
 /// done: deleted, gone already, or gone with the session or lease that ended; `delete` ends
-/// the holding then ([`Holdings::end`]). Holds the service only by `Weak`, so it stops when
-/// the client goes (its session, and the node, go with it).
-pub(crate) fn delete_later<I, F, Fut>(service: Weak<I>, delete: F)
+/// the holding then ([`Holdings::end`]). Runs as the client's tracked background work, so
+/// that `Client::close` waits for it (and says so if it is still under way); holds the
+/// service only by `Weak`, so it stops when the client goes (the session, and the node, go
+/// with it).
+pub(crate) fn delete_later<I, F, Fut>(background: &Background, service: Weak<I>, delete: F)
 where
     I: Send + Sync + 'static,
     F: Fn(Arc<I>) -> Fut + Send + 'static,
     Fut: Future<Output = bool> + Send,
 {
-    tokio::spawn(async move {
+    background.finish(async move {
         loop {
             let Some(service) = service.upgrade() else {
                 return;

@@ -54,6 +54,8 @@ pub(crate) struct Etcd {
 struct Inner {
     session: Arc<Session>,
     holdings: Holdings,
+    /// The client's background task: deletes that must go on after a failed release.
+    background: Background,
     slots: Slots,
     prefix: String,
 }
@@ -64,6 +66,7 @@ impl Etcd {
     pub(crate) async fn connect(
         url: &str,
         options: &ClientOptions,
+        background: &Background,
     ) -> Result<(Self, Vec<String>), Error> {
         let target = url::parse_target(url)?;
         if options.password.is_some() && target.user.is_none() {
@@ -75,7 +78,7 @@ impl Etcd {
             }
             .into());
         }
-        let (current, warnings) = Current::open(target, options).await?;
+        let (current, warnings) = Current::open(target, options, background).await?;
         Ok((Self { current }, warnings))
     }
 
@@ -241,11 +244,22 @@ impl Ends for Inner {
     type Target = url::EtcdTarget;
     const WHAT: &'static str = "etcd lease";
 
+    /// Grants a lease and starts the audit of its holdings.
     async fn open(
         target: &url::EtcdTarget,
         options: &ClientOptions,
+        background: &Background,
     ) -> Result<(Arc<Self>, Vec<String>), Error> {
-        Inner::open(target, options).await
+        let (session, warnings) = Session::connect(target, options).await?;
+        let inner = Arc::new(Inner {
+            session,
+            holdings: Holdings::default(),
+            background: background.clone(),
+            slots: Slots::default(),
+            prefix: target.prefix.clone(),
+        });
+        tokio::spawn(audit::audit(Arc::downgrade(&inner)));
+        Ok((inner, warnings))
     }
 
     fn id(&self) -> i64 {
@@ -262,22 +276,6 @@ impl Ends for Inner {
 }
 
 impl Inner {
-    /// Grants a lease and starts the audit of its holdings.
-    async fn open(
-        target: &url::EtcdTarget,
-        options: &ClientOptions,
-    ) -> Result<(Arc<Self>, Vec<String>), Error> {
-        let (session, warnings) = Session::connect(target, options).await?;
-        let inner = Arc::new(Inner {
-            session,
-            holdings: Holdings::default(),
-            slots: Slots::default(),
-            prefix: target.prefix.clone(),
-        });
-        tokio::spawn(audit::audit(Arc::downgrade(&inner)));
-        Ok((inner, warnings))
-    }
-
     /// An etcd failure as fencelock's error.
     fn fail(&self, lock: Option<&str>, fault: Fault) -> Error {
         let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());

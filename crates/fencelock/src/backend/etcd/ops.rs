@@ -30,7 +30,7 @@ impl Inner {
         let deleted = recipe::delete(&self.session, &closing.path, revision).await;
         if deleted.is_err() {
             let closing = closing.clone();
-            delete_later(Arc::downgrade(self), move |inner| {
+            delete_later(&self.background, Arc::downgrade(self), move |inner| {
                 let closing = closing.clone();
                 async move {
                     let deleted = recipe::delete(&inner.session, &closing.path, revision).await;

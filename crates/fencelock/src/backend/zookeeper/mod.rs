@@ -52,6 +52,8 @@ pub(crate) struct ZooKeeper {
 struct Inner {
     session: Arc<Session>,
     holdings: Holdings,
+    /// The client's background task: deletes that must go on after a failed release.
+    background: Background,
     base: String,
 }
 
@@ -60,9 +62,10 @@ impl ZooKeeper {
     pub(crate) async fn connect(
         url: &str,
         options: &ClientOptions,
+        background: &Background,
     ) -> Result<(Self, Vec<String>), Error> {
         let target = url::parse_target(url)?;
-        let (current, warnings) = Current::open(target, options).await?;
+        let (current, warnings) = Current::open(target, options, background).await?;
         Ok((Self { current }, warnings))
     }
 
@@ -266,11 +269,31 @@ impl Ends for Inner {
     type Target = url::ZkTarget;
     const WHAT: &'static str = "ZooKeeper session";
 
+    /// Opens a session and makes sure the base path exists. Returns the warnings (a
+    /// negotiated session timeout other than asked).
     async fn open(
         target: &url::ZkTarget,
         options: &ClientOptions,
+        background: &Background,
     ) -> Result<(Arc<Self>, Vec<String>), Error> {
-        Inner::open(target, options).await
+        let (session, warnings) = Session::connect(&target.hosts, options).await?;
+        // Made before the first request, so that an open given up there (a failed mkdir, a
+        // dropped future) stops the session with it.
+        let inner = Self {
+            session,
+            holdings: Holdings::default(),
+            background: background.clone(),
+            base: target.base.clone(),
+        };
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let made = inner
+            .session
+            .call(|zk| zk.mkdir(&inner.base, &persistent))
+            .await;
+        if let Err(e) = made {
+            return Err(inner.fail(None, e));
+        }
+        Ok((Arc::new(inner), warnings))
     }
 
     fn id(&self) -> i64 {
@@ -287,31 +310,6 @@ impl Ends for Inner {
 }
 
 impl Inner {
-    /// Opens a session and makes sure the base path exists. Returns the warnings (a
-    /// negotiated session timeout other than asked).
-    async fn open(
-        target: &url::ZkTarget,
-        options: &ClientOptions,
-    ) -> Result<(Arc<Self>, Vec<String>), Error> {
-        let (session, warnings) = Session::connect(&target.hosts, options).await?;
-        // Made before the first request, so that an open given up there (a failed mkdir, a
-        // dropped future) stops the session with it.
-        let inner = Self {
-            session,
-            holdings: Holdings::default(),
-            base: target.base.clone(),
-        };
-        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        let made = inner
-            .session
-            .call(|zk| zk.mkdir(&inner.base, &persistent))
-            .await;
-        if let Err(e) = made {
-            return Err(inner.fail(None, e));
-        }
-        Ok((Arc::new(inner), warnings))
-    }
-
     /// The lock's folder.
     fn dir(&self, name: &str) -> String {
         format!("{}/{name}", self.base)

@@ -35,7 +35,7 @@ impl Inner {
         let deleted = self.delete(&closing.path).await;
         if deleted.is_err() {
             let closing = closing.clone();
-            delete_later(Arc::downgrade(self), move |inner| {
+            delete_later(&self.background, Arc::downgrade(self), move |inner| {
                 let closing = closing.clone();
                 async move {
                     let deleted = inner.delete(&closing.path).await;
