@@ -211,7 +211,7 @@ const DELETE_AGAIN: Duration = Duration::from_millis(100);
 
 /// Tries `delete` again (a holding's node or key whose delete failed) until it says it is
 /// done: deleted, gone already, or gone with the session or lease that ended; `delete` ends
-/// the holding then ([`Holdings::end`]). Runs as the client's tracked background work, so
+/// the holding then ([`Holdings::settle`]). Runs as the client's tracked background work, so
 /// that `Client::close` waits for it (and says so if it is still under way); holds the
 /// service only by `Weak`, so it stops when the client goes (the session, and the node, go
 /// with it).

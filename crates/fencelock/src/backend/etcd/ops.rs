@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::recipe::{self, Entry};
 use super::session::Fault;
 use super::{Inner, SERVICE};
-use crate::backend::holdings::{delete_later, Step};
+use crate::backend::holdings::{delete_later, Closing, Step};
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::status::Waiter;
@@ -26,29 +26,31 @@ impl Inner {
             Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
             Step::Last(closing) => closing,
         };
-        let revision = i64::try_from(closing.token).ok();
-        let deleted = recipe::delete(&self.session, &closing.path, revision).await;
-        if deleted.is_err() {
-            let closing = closing.clone();
+        let released = self.delete_holding(&closing).await;
+        if released.is_err() {
             delete_later(&self.background, Arc::downgrade(self), move |inner| {
                 let closing = closing.clone();
-                async move {
-                    let deleted = recipe::delete(&inner.session, &closing.path, revision).await;
-                    let done = deleted.is_ok() || inner.session.ended.is_cancelled();
-                    if done && inner.holdings.end(&closing) {
-                        inner.slots.free(&closing.name);
-                    }
-                    done
-                }
+                async move { inner.delete_holding(&closing).await.is_ok() }
             });
         }
-        // The holding ends before the slot is free: a new attempt of this client puts the
-        // same key, and must not find the old holding in the map.
-        let released = self.holdings.settle(&closing, deleted);
-        if released.is_ok() {
-            self.slots.free(name);
-        }
         released.map_err(|e| self.fail(Some(name), e))
+    }
+
+    /// Deletes a closing holding's key (only the revision it put) and, once it is gone (also
+    /// with the lease that ended), ends the holding and then frees the client's slot for the
+    /// lock: a new attempt of this client puts the same key, and must not find the old
+    /// holding in the map.
+    async fn delete_holding(&self, closing: &Closing) -> Result<Released, Fault> {
+        let revision = i64::try_from(closing.token).ok();
+        let deleted = match recipe::delete(&self.session, &closing.path, revision).await {
+            Err(_) if self.session.ended.is_cancelled() => Ok(false),
+            deleted => deleted,
+        };
+        let released = self.holdings.settle(closing, deleted);
+        if released.is_ok() {
+            self.slots.free(&closing.name);
+        }
+        released
     }
 
     /// `Lock::release`: the owner's newest hold in this client. A holding of this owner id

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zookeeper_client as zk;
 
 use super::{recipe, Inner, SERVICE};
-use crate::backend::holdings::{delete_later, Step};
+use crate::backend::holdings::{delete_later, Closing, Step};
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::status::Waiter;
@@ -32,24 +32,24 @@ impl Inner {
             Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
             Step::Last(closing) => closing,
         };
-        let deleted = self.delete(&closing.path).await;
-        if deleted.is_err() {
-            let closing = closing.clone();
+        let released = self.delete_holding(&closing).await;
+        if released.is_err() {
             delete_later(&self.background, Arc::downgrade(self), move |inner| {
                 let closing = closing.clone();
-                async move {
-                    let deleted = inner.delete(&closing.path).await;
-                    let done = deleted.is_ok() || inner.session.ended.is_cancelled();
-                    if done {
-                        inner.holdings.end(&closing);
-                    }
-                    done
-                }
+                async move { inner.delete_holding(&closing).await.is_ok() }
             });
         }
-        self.holdings
-            .settle(&closing, deleted)
-            .map_err(|e| self.fail(Some(name), e))
+        released.map_err(|e| self.fail(Some(name), e))
+    }
+
+    /// Deletes a closing holding's node and, once it is gone (also with the session that
+    /// ended), ends the holding.
+    async fn delete_holding(&self, closing: &Closing) -> Result<Released, zk::Error> {
+        let deleted = match self.delete(&closing.path).await {
+            Err(_) if self.session.ended.is_cancelled() => Ok(false),
+            deleted => deleted,
+        };
+        self.holdings.settle(closing, deleted)
     }
 
     /// Deletes a holding's node: `Ok(false)` when it is gone already (force-unlocked, or with
