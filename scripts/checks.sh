@@ -2,11 +2,12 @@
 # The checks of a maintained crate, beside the tests (CI runs them; so can you):
 # - the library builds, lint-free, with the default features, each other service alone (no
 #   Redis), and metrics (README, "Cargo features"; the tests run them in scripts/test.sh);
-# - documentation builds with every intra-doc link resolved;
+# - documentation builds with every intra-doc link resolved, the CLI's included;
+# - the default features pull in no ZooKeeper or etcd client;
 # - the declared MSRV (`rust-version` in Cargo.toml) builds the library and the CLI, with the
 #   toolchain installed through rustup;
 # - the dependencies' licences are allowed and no banned crate is pulled in (deny.toml);
-# - the three crates package for publishing.
+# - the three crates package for publishing, and each package builds on its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,17 @@ done
 
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --lib
+# The CLI is a binary named like the library: its (private) docs are checked in a run of
+# their own, since one run would write both to target/doc/fencelock.
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p fencelock-cli --no-deps --all-features --bins
+
+echo "== cargo tree: the default build has no ZooKeeper or etcd client"
+for client in zookeeper-client etcd-client; do
+  if cargo tree --locked -p fencelock -e normal,build --prefix none | grep -q "^$client "; then
+    echo "the default features pull in $client" >&2
+    exit 1
+  fi
+done
 
 msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 echo "== MSRV $msrv"
@@ -31,5 +43,8 @@ command -v cargo-deny >/dev/null || cargo install --locked cargo-deny --version 
 cargo deny check licenses bans
 
 echo "== cargo package"
-cargo package --workspace --locked --no-verify >/dev/null
+# Verified: each package is unpacked and built as a user of the registry would build it, so
+# a file the package leaves out fails here. (Local changes are allowed so that the checks run
+# before a commit too.)
+cargo package --workspace --locked --allow-dirty --quiet >/dev/null
 echo "checks passed"

@@ -37,6 +37,8 @@ pub struct Connection {
     /// etcd://[user@]host:port[,host:port...][/prefix] (the client's lease TTL is the lease,
     /// in whole seconds). Give --url several times (an odd number of redis:// URLs) for
     /// RedLock over independent servers.
+    // The text is also the --help text, where the URL forms' brackets are plain brackets.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, env = "FENCELOCK_URL", default_value = "redis://127.0.0.1:6379")]
     pub url: Vec<String>,
     /// Server password (overrides one in the URL; never printed).

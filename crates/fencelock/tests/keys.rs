@@ -104,3 +104,46 @@ async fn a_wrong_typed_queue_fails_the_release_before_it_changes_anything() {
         .unwrap();
     assert_eq!(lock.release().await.unwrap(), Released::Released);
 }
+
+#[tokio::test]
+async fn status_names_the_wrong_typed_key() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.lock("typed-status");
+    let _guard = lock.acquire().await.unwrap();
+    // Each of the lock's other keys in turn holds a string where a list, a hash or a counter
+    // belongs: status fails with an error that names that key, not the lock's.
+    for (key, bad) in [
+        (
+            "fencelock:{typed-status}:queue",
+            &["SET", "x", "not a list"][..],
+        ),
+        (
+            "fencelock:{typed-status}:waiting",
+            &["SET", "x", "not a hash"][..],
+        ),
+        (
+            "fencelock:{typed-status}:fence",
+            &["RPUSH", "x", "not a counter"][..],
+        ),
+    ] {
+        server.command(&["DEL", key]).unwrap();
+        let mut write: Vec<&str> = bad.to_vec();
+        write[1] = key;
+        server.command(&write).unwrap();
+        if key.ends_with(":waiting") {
+            // The places are read only for owners the queue names.
+            server
+                .command(&["RPUSH", "fencelock:{typed-status}:queue", "someone"])
+                .unwrap();
+        }
+        match lock.status().await {
+            Err(Error::WrongType { key: named, .. }) => assert_eq!(named, key),
+            other => panic!("expected WrongType naming {key}, got {other:?}"),
+        }
+        server
+            .command(&["DEL", key, "fencelock:{typed-status}:queue"])
+            .unwrap();
+    }
+    assert!(lock.status().await.unwrap().held);
+}

@@ -49,7 +49,7 @@ pub(super) fn scripts() -> &'static Scripts {
             include_str!("release.lua")
         )),
         extend: Lua::new(concat!(include_str!("lib.lua"), include_str!("extend.lua"))),
-        status: Lua::new(include_str!("status.lua")),
+        status: Lua::new(concat!(include_str!("lib.lua"), include_str!("status.lua"))),
         force_unlock: Lua::new(include_str!("force_unlock.lua")),
         raise_fence: Lua::new(concat!(
             include_str!("lib.lua"),

@@ -1,4 +1,5 @@
--- A consistent snapshot of one lock and its wait queue.
+-- A consistent snapshot of one lock and its wait queue (after lib.lua: a key of the wrong
+-- type fails the script with an error that names it).
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter,
 -- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners
 --          (owner -> 'attempt window_ms since_us lease_ms'; see acquire.lua)
@@ -8,12 +9,12 @@
 --          {owner, place or false, ...} in queue order}.
 -- Missing queue keys give an empty queue; an owner the queue names without a place gives
 -- false for its place. The places are returned as stored: the client reads them.
-local queue = redis.call('LRANGE', KEYS[3], 0, -1)
+local queue = read('LRANGE', KEYS[3], 0, -1)
 local places = {}
 -- HMGET in slices: unpack() of a long queue would overflow Lua's stack.
 for first = 1, #queue, 1000 do
   local last = math.min(first + 999, #queue)
-  local stored = redis.call('HMGET', KEYS[4], unpack(queue, first, last))
+  local stored = read('HMGET', KEYS[4], unpack(queue, first, last))
   for i = first, last do
     places[2 * i - 1] = queue[i]
     places[2 * i] = stored[i - first + 1]
@@ -21,8 +22,8 @@ for first = 1, #queue, 1000 do
 end
 return {
   redis.call('PTTL', KEYS[1]),
-  redis.call('GET', KEYS[2]),
-  redis.call('HGETALL', KEYS[1]),
+  read('GET', KEYS[2]),
+  read('HGETALL', KEYS[1]),
   redis.call('TIME'),
   places,
 }
