@@ -20,6 +20,11 @@ done
 
 echo "== cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --lib
+# A ZooKeeper-only or etcd-only build has no Redis items to link to.
+for service in zookeeper etcd; do
+  RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p fencelock --no-deps --no-default-features \
+    --features "$service"
+done
 # The CLI is a binary named like the library: its (private) docs are checked in a run of
 # their own, since one run would write both to target/doc/fencelock.
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p fencelock-cli --no-deps --all-features --bins

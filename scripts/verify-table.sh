@@ -15,9 +15,9 @@ declare -A FAULTS=(
   [redis]="pause kill server-pause server-restart server-restart-aof script-flush redis-client-pause partition netem"
   [redlock]="pause kill minority-kill minority-slow server-restart script-flush redis-client-pause partition netem"
   [zookeeper]="pause kill session-expiry server-pause leader-kill partition netem"
-  [sentinel]="pause kill sentinel-failover script-flush"
+  [sentinel]="pause kill sentinel-failover script-flush redis-client-pause"
   [cluster]="pause kill cluster-failover slot-migration script-flush"
-  [etcd]="pause kill server-pause leader-kill partition netem"
+  [etcd]="pause kill lease-expiry server-pause leader-kill partition netem"
 )
 out="$(mktemp -d)"
 for backend in "${@:-redis redlock zookeeper sentinel cluster etcd}"; do

@@ -100,22 +100,35 @@ async fn verify_redlock_over_three_servers_with_pause_and_kill_is_clean() {
     assert!(report["deployment"].as_str().unwrap().contains("RedLock"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_etcd_with_pause_and_kill_is_clean() {
+/// ZooKeeper session expiry and etcd lease expiry, beside a kill: a holder stopped until the
+/// server ended its session or lease, which only counts when another client took the lock
+/// meanwhile.
+async fn verify_expiry(backend: &str, fault: &str, service: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--backend", "etcd", "--faults", "pause,kill"];
-    let out = verify(
-        &[
-            &args[..],
-            &["--seed", "5", "--duration", "12s", "--no-control"],
-        ]
-        .concat(),
-        dir.path(),
-    )
-    .await;
+    let faults = format!("kill,{fault}");
+    let args = ["--backend", backend, "--faults", &faults];
+    let run = ["--seed", "5", "--duration", "12s", "--no-control"];
+    let out = verify(&[&args[..], &run[..]].concat(), dir.path()).await;
     assert_clean(&out, dir.path());
     let report = report(dir.path());
-    assert!(report["deployment"].as_str().unwrap().contains("etcd"));
+    assert!(report["deployment"].as_str().unwrap().contains(service));
+    let injected = report["runs"][0]["injected"].as_array().unwrap();
+    let expiry = injected.iter().find(|f| f["fault"] == fault).unwrap();
+    let evidence = expiry["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("meanwhile another client acquired"),
+        "{evidence}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_etcd_with_kill_and_lease_expiry_is_clean() {
+    verify_expiry("etcd", "lease-expiry", "etcd").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_zookeeper_with_kill_and_session_expiry_is_clean() {
+    verify_expiry("zookeeper", "session-expiry", "ZooKeeper").await;
 }
 
 /// The network faults of a run: with CAP_NET_ADMIN each ran, happened (with the evidence

@@ -194,7 +194,9 @@ pub enum Error {
         /// What was wrong with the reply.
         detail: String,
     },
-    /// RedLock: no majority of the servers agreed. Says what each server answered.
+    /// RedLock: no majority of the servers agreed. Says what each server answered (cargo
+    /// feature `redis`).
+    #[cfg(feature = "redis")]
     #[error("{operation} of {} needs {needed} servers to agree: {}", lock.as_deref().map_or("RedLock".to_owned(), |l| format!("lock {l:?}")), list(.outcomes))]
     Quorum {
         /// The lock name, when there is one.
@@ -207,7 +209,9 @@ pub enum Error {
         outcomes: Vec<ServerOutcome>,
     },
     /// `min_replica_acks`: not enough replicas confirmed the lock in time, so it was given
-    /// back (a failover now could have lost it).
+    /// back (a failover now could have lost it). Redis only (cargo feature `redis`): the
+    /// other services refuse the option before any I/O.
+    #[cfg(feature = "redis")]
     #[error("lock {lock:?} on {server}: {acked} of {needed} replicas acknowledged within {timeout:?}; the lock was released")]
     ReplicaAcks {
         /// The lock name.
@@ -233,7 +237,9 @@ pub enum Error {
     /// The lock's fencing counter cannot issue another token: it does not hold a number, or
     /// it has issued the highest token (2^64 − 1). Tokens never repeat, so the acquire fails
     /// (changing nothing) until an operator resets the counter and every resource fenced with
-    /// it.
+    /// it. Redis only (cargo feature `redis`): ZooKeeper and etcd tokens are the service's own
+    /// transaction ids.
+    #[cfg(feature = "redis")]
     #[error("lock {lock:?} on server {server} cannot issue a fencing token: {detail}")]
     FencingExhausted {
         /// The lock name.
@@ -268,7 +274,8 @@ pub enum Error {
     },
 }
 
-/// What one server of a RedLock set answered.
+/// What one server of a RedLock set answered (cargo feature `redis`).
+#[cfg(feature = "redis")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ServerOutcome {
@@ -300,6 +307,7 @@ pub enum ServerOutcome {
     },
 }
 
+#[cfg(feature = "redis")]
 impl std::fmt::Display for ServerOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -313,6 +321,7 @@ impl std::fmt::Display for ServerOutcome {
     }
 }
 
+#[cfg(feature = "redis")]
 fn list(outcomes: &[ServerOutcome]) -> String {
     let parts: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
     parts.join("; ")

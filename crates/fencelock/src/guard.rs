@@ -149,10 +149,7 @@ impl Guard {
         // Until the server has answered, the hold may still be there: a release that failed
         // on the way, or whose future was dropped, is given back by `Drop` in the background
         // (and by the owner's next attempt on the lock, which carries its id).
-        if !matches!(
-            result,
-            Err(crate::Error::Unavailable { .. } | crate::Error::Quorum { .. })
-        ) {
+        if !in_doubt(&result) {
             self.done = true;
         }
         result
@@ -167,5 +164,16 @@ impl Drop for Guard {
         self.state.finish();
         let client = &self.client;
         client.service.release_later(&client.ctx, &self.state);
+    }
+}
+
+/// Whether a release's outcome leaves the hold possibly in place (the request may not have
+/// reached the server, or not a majority of them).
+fn in_doubt(result: &Result<Released>) -> bool {
+    match result {
+        Err(crate::Error::Unavailable { .. }) => true,
+        #[cfg(feature = "redis")]
+        Err(crate::Error::Quorum { .. }) => true,
+        _ => false,
     }
 }

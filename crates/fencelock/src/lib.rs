@@ -8,7 +8,7 @@
 //!   [`Lock::acquire_timeout`], [`Lock::try_acquire`].
 //! - [`Guard`]: proof of holding, with [`Guard::fencing_token`], [`Guard::lost`],
 //!   [`Guard::is_held`], [`Guard::extend`] and [`Guard::release`].
-//! - [`fenced`]: where the token is checked: [`fenced::FencedRegister`] on Redis and
+//! - [`fenced`]: where the token is checked: `fenced::FencedRegister` on Redis and
 //!   [`fenced::FencedUpdate`] for SQL stores.
 //! - [`Error`]: one `#[non_exhaustive]` error type; bad input is an [`InputError`], found
 //!   before any I/O.
@@ -44,7 +44,9 @@ pub use redis;
 
 pub use backend::Released;
 pub use client::Client;
-pub use error::{Error, InputError, Result, ServerOutcome};
+#[cfg(feature = "redis")]
+pub use error::ServerOutcome;
+pub use error::{Error, InputError, Result};
 pub use guard::Guard;
 pub use lock::{Contended, Lock};
 pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};

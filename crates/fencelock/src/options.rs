@@ -40,8 +40,9 @@ impl LockOptions {
     }
 
     /// After acquiring, wait (`WAIT`) until `replicas` replicas of the master have the lock,
-    /// at most `timeout`; if they do not, release it and fail with
-    /// [`crate::Error::ReplicaAcks`]. This narrows the window in which a failover loses a lock
+    /// at most `timeout`; if they do not, release it and fail with `Error::ReplicaAcks`
+    /// (Redis only, cargo feature `redis`; ZooKeeper and etcd refuse the option with
+    /// [`crate::InputError::InvalidOption`] before any I/O). This narrows the window in which a failover loses a lock
     /// (the promoted replica has it), but does not close it: a replica that acknowledged may
     /// not be the one promoted, and `WAIT` does not make the write durable. Fencing tokens
     /// close it. With RedLock, each server counts as granting only once its replicas

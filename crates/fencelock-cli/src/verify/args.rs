@@ -23,7 +23,7 @@ pub struct VerifyArgs {
     #[arg(long, value_enum, default_value_t = Backend::Redis)]
     pub backend: Backend,
     /// Faults to inject, comma-separated, or `all` (every fault of the backend) or `none`.
-    /// Client faults: pause, kill, session-expiry. Server faults: server-pause,
+    /// Client faults: pause, kill, session-expiry, lease-expiry. Server faults: server-pause,
     /// server-restart, server-restart-aof, script-flush, redis-client-pause, minority-kill,
     /// minority-slow, sentinel-failover, cluster-failover, slot-migration, leader-kill,
     /// partition, netem.
@@ -44,7 +44,8 @@ pub struct VerifyArgs {
     /// Skip the negative control (a second run without fencing, with the same schedule).
     #[arg(long)]
     pub no_control: bool,
-    /// The lease (ZooKeeper: the session timeout). Default: 1 s on Redis, 2 s on ZooKeeper.
+    /// The lease (ZooKeeper: the session timeout; etcd: the lease TTL, whole seconds).
+    /// Default: 1 s on Redis, 2 s on ZooKeeper and etcd.
     /// Client pauses last twice the lease, so a pause always outlasts it.
     #[arg(long, value_parser = parse_duration)]
     pub lease: Option<Duration>,
@@ -67,7 +68,7 @@ pub enum Backend {
     Cluster,
     /// ZooKeeper (one server; three when the faults include leader-kill).
     Zookeeper,
-    /// etcd (not built into this binary yet).
+    /// etcd (one member; three when the faults include leader-kill).
     Etcd,
 }
 
@@ -134,7 +135,15 @@ impl Backend {
                 Partition,
                 Netem,
             ],
-            Backend::Etcd => &[Pause, Kill, ServerPause, LeaderKill, Partition, Netem],
+            Backend::Etcd => &[
+                Pause,
+                Kill,
+                LeaseExpiry,
+                ServerPause,
+                LeaderKill,
+                Partition,
+                Netem,
+            ],
         }
     }
 }
@@ -149,6 +158,8 @@ pub enum Fault {
     Kill,
     /// ZooKeeper: SIGSTOP a holder past its session timeout, until its session expired.
     SessionExpiry,
+    /// etcd: SIGSTOP a holder past its lease's TTL, until the lease expired on the server.
+    LeaseExpiry,
     /// SIGSTOP the server (RedLock: one server) for twice the lease.
     ServerPause,
     /// Kill the server and restart it at once, without persistence (RedLock: one server).
@@ -169,7 +180,7 @@ pub enum Fault {
     ClusterFailover,
     /// Move the lock's slot to another master.
     SlotMigration,
-    /// ZooKeeper ensemble: kill the leader, restart it once a new one leads.
+    /// ZooKeeper ensemble or etcd cluster: kill the leader, restart it once a new one leads.
     LeaderKill,
     /// Cut one server (RedLock: one of three) off from everyone for twice the lease, by
     /// blackhole routes around its network namespace (needs CAP_NET_ADMIN).
@@ -189,7 +200,10 @@ impl Fault {
 
     /// Whether it acts on a client process only (it runs against servers given with --url).
     pub fn client_side(self) -> bool {
-        matches!(self, Fault::Pause | Fault::Kill | Fault::SessionExpiry)
+        matches!(
+            self,
+            Fault::Pause | Fault::Kill | Fault::SessionExpiry | Fault::LeaseExpiry
+        )
     }
 }
 

@@ -135,9 +135,11 @@ pub fn schedule(faults: &[Fault], duration: Duration, seed: u64) -> Vec<Planned>
 pub fn cost(fault: Fault, lease: Duration) -> Duration {
     let s = Duration::from_secs;
     match fault {
-        Fault::Pause | Fault::SessionExpiry | Fault::ServerPause | Fault::RedisClientPause => {
-            long(lease) + s(1)
-        }
+        Fault::Pause
+        | Fault::SessionExpiry
+        | Fault::LeaseExpiry
+        | Fault::ServerPause
+        | Fault::RedisClientPause => long(lease) + s(1),
         Fault::MinorityKill => long(lease) + s(1),
         Fault::Kill | Fault::ScriptFlush | Fault::MinoritySlow => lease + s(1),
         Fault::ServerRestart | Fault::ServerRestartAof => lease + s(1),
@@ -176,7 +178,7 @@ pub async fn inject(fault: Fault, t: &mut Target<'_>) -> Injected {
     // A client fault first waits for a client at the right point: it begins when it acts.
     let result = match fault {
         Fault::Pause => pause(t, false, &mut start).await,
-        Fault::SessionExpiry => pause(t, true, &mut start).await,
+        Fault::SessionExpiry | Fault::LeaseExpiry => pause(t, true, &mut start).await,
         Fault::Kill => kill(t, &mut start).await,
         _ => {
             // A server fault is aimed at a held lock: it waits (a while) for a client between
@@ -224,8 +226,10 @@ fn long(lease: Duration) -> Duration {
     lease * 2 + Duration::from_millis(100)
 }
 
-/// SIGSTOP a client between its read and its write, past its lease. For session expiry,
-/// another client must also have acquired during the pause (the session did expire).
+/// SIGSTOP a client between its read and its write, past its lease. For session (ZooKeeper)
+/// or lease (etcd) expiry, another client must also have acquired during the pause: the
+/// stopped client deletes nothing, so only the server ending its session or lease, which
+/// deletes its nodes or keys, lets the lock pass on.
 async fn pause(t: &mut Target<'_>, session: bool, began: &mut u64) -> Outcome {
     let h = t
         .fleet

@@ -74,7 +74,7 @@ pub async fn verify(args: VerifyArgs) -> u8 {
 }
 
 /// The stated liveness bound: three leases (the holder's lease running out after a fault,
-/// and a waiter's wake-up), plus room for a ZooKeeper election and a busy machine.
+/// and a waiter's wake-up), plus room for a ZooKeeper or etcd election and a busy machine.
 fn liveness_bound(lease: Duration, backend: Backend) -> Duration {
     let room = match backend {
         Backend::Zookeeper | Backend::Etcd => Duration::from_secs(10),
