@@ -492,6 +492,21 @@ async fn waiters(client: &Client, name: &str) -> usize {
     client.status(name).await.expect("status").waiters.len()
 }
 
+/// Polls the wait queue of `name` (through `client`) until it has at least `n` places, for
+/// at most `secs` seconds.
+async fn until_waiters(client: &Client, name: &str, n: usize, secs: f64) {
+    within(secs, &format!("{n} waiters queued on {name}"), async {
+        while waiters(client, name).await < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+fn waiter_owners(status: &fencelock::LockStatus) -> Vec<&str> {
+    status.waiters.iter().map(|w| w.owner.as_str()).collect()
+}
+
 // ---------------------------------------------------------------------------------------
 // Behaviours
 
@@ -673,12 +688,7 @@ async fn a_waiter_is_woken_by_the_release(d: &dyn Deployment) {
         }
     });
     if caps.waiter_queue {
-        within(5.0, "the waiter queues", async {
-            while waiters(&holder, "wake").await < 1 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
+        until_waiters(&holder, "wake", 1, 5.0).await;
         let status = holder.status("wake").await.unwrap();
         assert_eq!(status.waiters.len(), 1, "{status:?}");
         assert_eq!(status.waiters[0].owner, waiter_owner);
@@ -698,6 +708,88 @@ async fn a_waiter_is_woken_by_the_release(d: &dyn Deployment) {
     );
     assert!(next.fencing_token() > token);
     next.release().await.unwrap();
+}
+
+/// Hand-over is first come, first served, one waiter at a time: a holder holds the lock while
+/// four waiters, each on a client of its own (its own session, lease and owner), queue one
+/// after another, each only once the one before it is seen in the queue. After the holder's
+/// release each waiter, once it holds the lock, notes its place and lets go. They are served
+/// exactly in arrival order, never two at once, with increasing tokens, and while one holds
+/// the others are still queued in order (the release woke only the next one).
+async fn handover_is_fifo_one_waiter_at_a_time(d: &dyn Deployment) {
+    const WAITERS: usize = 4;
+    if !d.caps().waiter_queue {
+        // RedLock keeps no queue on its servers: at each release its waiters race, and those
+        // that split the servers retry after a random pause (SAFETY.md, RedLock, "Fairness";
+        // README: "with RedLock, waiters of different clients race"). It promises no order,
+        // so it is left out of this behaviour.
+        return;
+    }
+    let holder = connect(d, ClientOptions::default()).await;
+    let guard = holder.lock("fifo").acquire().await.unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    // (arrival index, token, the status read while holding), in the order they held.
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let mut owners = Vec::new();
+    // Kept to the end, so that no waiter's session or lease ends with a dropped client.
+    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let client = connect(d, ClientOptions::default()).await;
+        let lock = client.lock("fifo");
+        owners.push(lock.owner().to_owned());
+        let (inside, served) = (inside.clone(), served.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.acquire().await.expect("acquire");
+            let before = inside.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(before, 0, "waiter {i} holds beside another");
+            // Read through the holder's own client: on a ZooKeeper ensemble another member
+            // may still lag behind the deletion that made it the holder; its own session
+            // reads at least what it saw.
+            let status = lock.status().await.expect("status");
+            served
+                .lock()
+                .unwrap()
+                .push((i, guard.fencing_token(), status));
+            inside.fetch_sub(1, Ordering::SeqCst);
+            assert_eq!(guard.release().await.expect("release"), Released::Released);
+        }));
+        clients.push(client);
+        // The next one starts only once this one has its place: arrival order is known.
+        until_waiters(&holder, "fifo", i + 1, 10.0).await;
+    }
+    let queued = holder.status("fifo").await.unwrap();
+    assert_eq!(waiter_owners(&queued), owners, "{queued:?}");
+    assert!(
+        tasks.iter().all(|t| !t.is_finished()),
+        "a waiter got a held lock"
+    );
+
+    let first = guard.fencing_token();
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    within(30.0, "every waiter is served", async {
+        for t in tasks {
+            t.await.expect("waiter");
+        }
+    })
+    .await;
+
+    let served = std::mem::take(&mut *served.lock().unwrap());
+    let order: Vec<usize> = served.iter().map(|(i, _, _)| *i).collect();
+    assert_eq!(order, (0..WAITERS).collect::<Vec<_>>(), "not arrival order");
+    let mut last = first;
+    for (i, token, status) in &served {
+        assert!(*token > last, "waiter {i}: token {token} after {last}");
+        last = *token;
+        assert_eq!(status.owners, vec![(owners[*i].clone(), 1)], "{status:?}");
+        // Woken alone: those behind it are all still in the queue, in arrival order.
+        assert_eq!(
+            waiter_owners(status),
+            owners[i + 1..],
+            "waiter {i}: {status:?}"
+        );
+    }
+    assert!(!holder.status("fifo").await.unwrap().held);
 }
 
 /// `lost()` fires when the holding is gone behind the holder's back; the next holder gets a
@@ -954,6 +1046,7 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(release_only_by_the_owner);
     step!(contended_and_timeout_leave_nothing_behind);
     step!(a_waiter_is_woken_by_the_release);
+    step!(handover_is_fifo_one_waiter_at_a_time);
     step!(lost_fires_when_the_lock_is_gone);
     step!(declared_capabilities_hold);
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use fencelock::{Error, LockOptions, Released};
+use fencelock_testkit::RedisServer;
 use redis::AsyncCommands;
 
 /// Many tasks over several clients do a non-atomic read-modify-write of one counter. Under
@@ -141,6 +142,110 @@ async fn explicit_extend_keeps_a_fixed_lease_alive() {
     assert!(status.remaining_lease.unwrap() > Duration::from_secs(3));
     assert!(guard.remaining_validity().unwrap() > Duration::from_secs(3));
     assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+/// The lock key's remaining time to live on the server, in ms, read by `PTTL`.
+fn pttl(server: &RedisServer, name: &str) -> i64 {
+    let key = format!("fencelock:{{{name}}}");
+    let reply = server.command(&["PTTL", &key]).expect("PTTL");
+    reply.int().expect("PTTL answers an integer")
+}
+
+/// A 30 s fixed lease, and then something that asks for a 2 s one: what SAFETY.md promises
+/// is that the server keeps the longer lease. 20 s leaves ample room for a slow machine and
+/// is far above the 2 s that a shortened lease would show.
+const LONG: Duration = Duration::from_secs(30);
+const SHORT: Duration = Duration::from_secs(2);
+const KEPT_MS: i64 = 20_000;
+
+fn fixed(lease: Duration) -> LockOptions {
+    LockOptions::default().lease(lease)
+}
+
+/// Re-entering with a shorter fixed lease keeps the longer one: the first guard relies on it
+/// (acquire.lua, "Never shorten the lease").
+#[tokio::test]
+async fn a_reentry_with_a_shorter_lease_keeps_the_longer_one() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.lock("never-shorter").with_options(fixed(LONG));
+    let long = lock.acquire().await.unwrap();
+    assert!(pttl(&server, "never-shorter") > KEPT_MS);
+
+    // A clone with other options is the same owner: a re-entry.
+    let short = lock
+        .clone()
+        .with_options(fixed(SHORT))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!((short.hold_count(), short.lease()), (2, SHORT));
+    assert_eq!(short.fencing_token(), long.fencing_token());
+    let left = pttl(&server, "never-shorter");
+    assert!(
+        left > KEPT_MS,
+        "the re-entry shortened the lease to {left} ms"
+    );
+    assert!(long.is_held());
+    assert!(long.remaining_validity().unwrap() > Duration::from_millis(KEPT_MS as u64));
+    assert_eq!(
+        short.release().await.unwrap(),
+        Released::StillHeld { count: 1 }
+    );
+    assert_eq!(long.release().await.unwrap(), Released::Released);
+}
+
+/// `Guard::extend` with a shorter lease than the one left changes nothing: it extends "to at
+/// least" the lease asked (extend.lua), on the server and in the guard.
+#[tokio::test]
+async fn extend_with_a_shorter_lease_keeps_the_longer_one() {
+    let server = server();
+    let client = client(&server).await;
+    let guard = client
+        .lock("extend-shorter")
+        .with_options(fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    guard.extend(SHORT).await.unwrap();
+    let left = pttl(&server, "extend-shorter");
+    assert!(left > KEPT_MS, "extend shortened the lease to {left} ms");
+    assert!(guard.is_held());
+    assert!(guard.remaining_validity().unwrap() > Duration::from_millis(KEPT_MS as u64));
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+/// The watchdog's renewals of a re-entry with a short renewed lease (1.5 s, every 0.5 s) do
+/// not cut the 30 s fixed lease of the first guard down to theirs (extend.lua).
+#[tokio::test]
+async fn renewals_of_a_shorter_reentry_keep_the_longer_lease() {
+    let server = server();
+    let client = client_with(&server, short_lease(1_500)).await;
+    let lock = client.lock("renew-shorter");
+    let long = lock
+        .clone()
+        .with_options(fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let renewed = lock.acquire().await.unwrap();
+    assert!(renewed.is_renewed());
+    assert_eq!(renewed.hold_count(), 2);
+    // The fixed lease has no watchdog: every script call from now on is a renewal. Three,
+    // so that at least two ran the script even if the first met NOSCRIPT.
+    let before = server.command_calls("evalsha");
+    eventually(5.0, "three renewals", || {
+        server.command_calls("evalsha") >= before + 3
+    })
+    .await;
+    let left = pttl(&server, "renew-shorter");
+    assert!(left > KEPT_MS, "a renewal shortened the lease to {left} ms");
+    assert!(long.is_held() && renewed.is_held());
+    assert_eq!(
+        renewed.release().await.unwrap(),
+        Released::StillHeld { count: 1 }
+    );
+    assert_eq!(long.release().await.unwrap(), Released::Released);
 }
 
 #[tokio::test]
