@@ -280,12 +280,62 @@ async fn the_negative_control_shows_violations_and_the_report_shows_them() {
         .contains("does not apply"));
     assert!(text(&out).contains("SAFETY VIOLATIONS"));
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
-    check_html(&html, 4);
+    check_html(&html, 4, 1);
+    assert!(html.contains("class=\"violation\""));
+    assert!(html.contains("class=\"paused\""));
+}
+
+/// Against a server given with --url (here one the test started): only the client faults
+/// run, the server fault is listed as skipped, and the built-in negative control runs after
+/// the run, side by side with it in the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_against_a_url_runs_client_faults_and_the_control() {
+    let server = fencelock_testkit::RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = server.url();
+    let args = [
+        "--url",
+        &url,
+        "--faults",
+        "pause,server-pause",
+        "--clients",
+        "3",
+    ];
+    let run = ["--seed", "2", "--duration", "8s"];
+    let out = verify(&[&args[..], &run[..]].concat(), dir.path()).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report = report(dir.path());
+    assert_eq!(report["skipped"][0]["fault"], "server-pause");
+    assert!(report["skipped"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("--url"));
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "the run and its control");
+    assert_eq!(
+        (&runs[0]["fencing"], &runs[1]["fencing"]),
+        (&true.into(), &false.into())
+    );
+    for run in runs {
+        let injected = run["injected"].as_array().unwrap();
+        assert_eq!(injected.len(), 1);
+        assert_eq!(injected[0]["fault"], "pause");
+        assert_eq!(injected[0]["happened"], true, "{}", injected[0]);
+        assert!(count(run, "holds") >= 5, "{}", text(&out));
+    }
+    for check in ["stale_writes", "token_breaks", "lost_updates"] {
+        assert_eq!(count(&runs[0], check), 0, "{check}: {}", text(&out));
+    }
+    for name in ["run", "control"] {
+        assert!(dir.path().join(name).is_dir(), "no {name}/ events folder");
+    }
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    check_html(&html, 3, 2);
 }
 
 /// A small well-formedness check: every tag closed in order, attributes quoted, nothing
 /// loaded from elsewhere.
-fn check_html(html: &str, clients: usize) {
+fn check_html(html: &str, clients: usize, runs: usize) {
     let mut stack: Vec<String> = Vec::new();
     let mut rest = html;
     while let Some(open) = rest.find('<') {
@@ -316,10 +366,8 @@ fn check_html(html: &str, clients: usize) {
     assert!(stack.is_empty(), "unclosed: {stack:?}");
     assert!(!html.contains(" src=") && !html.contains("href=") && !html.contains("@import"));
     let svgs = html.matches("<svg ").count();
-    assert_eq!(svgs, 1, "one timeline for the one run");
-    assert_eq!(html.matches("class=\"lane\"").count(), clients);
-    assert!(html.contains("class=\"violation\""));
-    assert!(html.contains("class=\"paused\""));
+    assert_eq!(svgs, runs, "one timeline per run");
+    assert_eq!(html.matches("class=\"lane\"").count(), clients * runs);
 }
 
 #[tokio::test]
