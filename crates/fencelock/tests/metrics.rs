@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use fencelock::LockOptions;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 
@@ -134,4 +135,95 @@ async fn acquisitions_waits_handovers_renewals_and_losses_are_counted() {
     );
     assert!(seen.counter("fencelock_renewals_total", &[("outcome", "not_held")]) >= 1);
     let _ = tokio::time::timeout(Duration::from_secs(1), handed.release()).await;
+
+    // The other reasons and outcomes, each in a scene of its own. One test, since a process
+    // has one global recorder.
+    redis_deadline_extension_and_failed_renewals(&server, &snapshotter).await;
+    #[cfg(feature = "etcd")]
+    etcd_session_and_deleted(&snapshotter).await;
+}
+
+/// A fixed lease that runs out (`deadline`), an extension that finds the lock gone
+/// (`extension`), and renewals that fail while the server is stopped (`failed`).
+async fn redis_deadline_extension_and_failed_renewals(
+    server: &fencelock_testkit::RedisServer,
+    snapshotter: &Snapshotter,
+) {
+    let mut seen = Seen::default();
+    let client = client(server).await;
+    let fixed = |ms| LockOptions::default().lease(Duration::from_millis(ms));
+    let short = client.lock("deadline").with_options(fixed(300));
+    let guard = short.acquire().await.unwrap();
+    within(3.0, "lost at the deadline", guard.lost()).await;
+    seen.update(snapshotter);
+    assert_eq!(lost(&seen, "deadline"), 1);
+
+    let guard = client
+        .lock("extended")
+        .with_options(fixed(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    server.command(&["DEL", "fencelock:{extended}"]).unwrap();
+    assert!(guard.extend(Duration::from_secs(10)).await.is_err());
+    seen.update(snapshotter);
+    assert_eq!(lost(&seen, "extension"), 1);
+
+    // Renewals every 500 ms that time out after 100 ms while the server is stopped.
+    let options = short_lease(1_500).response_timeout(Duration::from_millis(100));
+    let renewed = client_with(server, options).await;
+    let guard = renewed.lock("stalled").acquire().await.unwrap();
+    server.pause();
+    eventually(5.0, "a failed renewal counted", || {
+        seen.update(snapshotter);
+        seen.counter("fencelock_renewals_total", &[("outcome", "failed")]) >= 1
+    })
+    .await;
+    server.resume();
+    let _ = tokio::time::timeout(Duration::from_secs(2), guard.release()).await;
+}
+
+/// etcd: a revoked lease (`session`) and a forced unlock by another client (`deleted`).
+#[cfg(feature = "etcd")]
+async fn etcd_session_and_deleted(snapshotter: &Snapshotter) {
+    let mut seen = Seen::default();
+    let etcd = fencelock_testkit::EtcdServer::start().expect("start etcd");
+    let url = etcd.url();
+    let (holder, other) = (
+        fencelock::Client::connect(&url),
+        fencelock::Client::connect(&url),
+    );
+    let (holder, other) = (holder.await.unwrap(), other.await.unwrap());
+    let guard = holder.lock("forced").acquire().await.unwrap();
+    other.force_unlock("forced").await.unwrap();
+    within(5.0, "lost after the forced unlock", guard.lost()).await;
+    seen.update(snapshotter);
+    assert_eq!(lost(&seen, "deleted"), 1);
+
+    let guard = holder.lock("revoked").acquire().await.unwrap();
+    let eps = etcd.endpoints();
+    let lease = within(10.0, "the holder's lease", holder_lease(&eps, "revoked")).await;
+    let revoke = move || fencelock_testkit::etcdctl(&eps, &["lease", "revoke", &lease]);
+    tokio::task::spawn_blocking(revoke).await.unwrap().unwrap();
+    within(5.0, "lost after the revoke", guard.lost()).await;
+    seen.update(snapshotter);
+    assert_eq!(lost(&seen, "session"), 1);
+}
+
+/// The lease (hex, as etcdctl takes it) of the one key of lock `name`.
+#[cfg(feature = "etcd")]
+async fn holder_lease(endpoints: &str, name: &str) -> String {
+    let eps: Vec<String> = endpoints
+        .split(',')
+        .map(|e| format!("http://{e}"))
+        .collect();
+    let mut raw = etcd_client::Client::connect(eps, None).await.unwrap();
+    let prefix = format!("/fencelock/{name}/");
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let got = raw.get(prefix, Some(options)).await.unwrap();
+    format!("{:x}", got.kvs()[0].lease())
+}
+
+fn lost(seen: &Seen, reason: &str) -> u64 {
+    seen.counter("fencelock_holds_lost_total", &[("reason", reason)])
 }
