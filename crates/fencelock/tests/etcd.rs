@@ -513,3 +513,187 @@ async fn a_failed_release_is_never_reentered() {
     )
     .await;
 }
+
+/// The lease `lease` as the server has it: (remaining TTL, granted TTL) in seconds, a
+/// remaining TTL of -1 when there is no such lease (revoked or expired); read with a client of
+/// its own (not the library under test).
+async fn lease_ttl(endpoints: &str, lease: i64) -> (i64, i64) {
+    let mut raw = etcd_client::Client::connect([format!("http://{endpoints}")], None)
+        .await
+        .expect("raw etcd client");
+    let got = raw
+        .lease_time_to_live(lease, None)
+        .await
+        .expect("the lease's TTL");
+    (got.ttl(), got.granted_ttl())
+}
+
+/// A lease revoked behind the client's back fires `lost()` on every guard of the client at
+/// once, not on one: guards of two handles on two names, and both holds of a re-entered lock
+/// (counted in the client). The TTL is 30 s, so the guards are told by the lease's end, not by
+/// their deadlines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_lease_fires_lost_on_every_guard() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "revoke, every guard", async {
+        let a = client(&url, 30_000).await;
+        let first = a.lock("every-1").acquire().await.unwrap();
+        let second = a.lock("every-2").acquire().await.unwrap();
+        let lock = a.lock("every-3");
+        let outer = lock.acquire().await.unwrap();
+        let inner = lock.acquire().await.unwrap();
+        assert_eq!((outer.hold_count(), inner.hold_count()), (1, 2));
+        let (_, _, lease) = keys(&eps, "every-1").await.remove(0);
+        for name in ["every-2", "every-3"] {
+            let held = keys(&eps, name).await;
+            assert_eq!(held.len(), 1, "{held:?}");
+            assert_eq!(held[0].2, lease, "one lease for every lock of the client");
+        }
+        let revoke = format!("{lease:x}");
+        let eps2 = eps.clone();
+        tokio::task::spawn_blocking(move || etcdctl(&eps2, &["lease", "revoke", &revoke]))
+            .await
+            .unwrap()
+            .expect("etcdctl lease revoke");
+        let revoked = Instant::now();
+        let guards = [&first, &second, &outer, &inner];
+        for (i, g) in guards.iter().enumerate() {
+            within(
+                5.0,
+                &format!("lost() of guard {i} after the revoke"),
+                g.lost(),
+            )
+            .await;
+            assert!(!g.is_held(), "guard {i}");
+            let why = g.lost_reason().unwrap_or_default();
+            assert!(
+                why.contains("revoked"),
+                "guard {i} was told by something else than the lease's end: {why:?}"
+            );
+        }
+        assert!(
+            revoked.elapsed() < Duration::from_secs(10),
+            "told after {:?}: by the deadline, not the revoke",
+            revoked.elapsed()
+        );
+        for name in ["every-1", "every-2", "every-3"] {
+            assert!(keys(&eps, name).await.is_empty(), "{name}");
+        }
+        drop((first, second, outer, inner));
+    })
+    .await;
+}
+
+/// etcd counts lease TTLs in whole seconds: a `default_lease` that is not a whole number of
+/// seconds is rounded up (2.2 s asks for 3 s, not the nearest 2 s); the TTL the server
+/// granted is every guard's `lease()`, and `Client::warnings()` says so. A whole number of
+/// seconds is granted as asked, without a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_ttl_is_rounded_up_to_whole_seconds_and_reported() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "rounded TTL", async {
+        for (asked_ms, granted_s) in [(2_200, 3), (2_500, 3), (3_000, 3)] {
+            let asked = Duration::from_millis(asked_ms);
+            let granted = Duration::from_secs(granted_s);
+            let c = client(&url, asked_ms).await;
+            let g = c.lock("ttl").acquire().await.unwrap();
+            assert_eq!(g.lease(), granted, "asked for {asked:?}");
+            let (_, _, lease) = keys(&eps, "ttl").await.remove(0);
+            let (_, on_server) = lease_ttl(&eps, lease).await;
+            assert_eq!(
+                on_server, granted_s as i64,
+                "the server's TTL, asked {asked:?}"
+            );
+            common::assert_lease_reported(c.warnings(), asked, granted);
+            assert_eq!(g.release().await.unwrap(), Released::Released);
+            c.close().await.unwrap();
+        }
+    })
+    .await;
+}
+
+/// Keys of the client's lease that the client could not delete (as a give-back that failed)
+/// go with its lease when the client ends: the last handle closed (`Client::close`) or
+/// dropped revokes the lease, so another client gets the lock at once rather than after the
+/// TTL (30 s). The leftover here is a key put under the client's lease behind its back: the
+/// client does not know it, so only the lease's end can remove it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_lease_is_revoked_when_the_client_is_closed_or_dropped() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "revoked at the end", async {
+        let mut raw = etcd_client::Client::connect([format!("http://{eps}")], None)
+            .await
+            .unwrap();
+        let b = client(&url, 30_000).await;
+        for close in [true, false] {
+            let name = if close { "left-close" } else { "left-drop" };
+            let a = client(&url, 30_000).await;
+            let probe = a.lock("probe").acquire().await.unwrap();
+            let (_, _, lease) = keys(&eps, "probe").await.remove(0);
+            assert_eq!(probe.release().await.unwrap(), Released::Released);
+            let leftover = format!("/fencelock/{name}/{lease:x}");
+            let put = etcd_client::PutOptions::new().with_lease(lease);
+            raw.put(leftover, "", Some(put)).await.unwrap();
+            let busy = b.lock(name).try_acquire().await.unwrap();
+            assert!(busy.is_err(), "the leftover key holds the lock");
+            let ended = Instant::now();
+            if close {
+                a.close().await.expect("close");
+            } else {
+                drop(a);
+            }
+            let got = within(
+                5.0,
+                "the lock is free long before the 30 s TTL",
+                b.lock(name).acquire(),
+            )
+            .await
+            .unwrap();
+            eprintln!(
+                "{}: B acquired {:?} after",
+                if close { "close" } else { "drop" },
+                ended.elapsed()
+            );
+            assert_eq!(lease_ttl(&eps, lease).await.0, -1, "the lease is gone");
+            assert_eq!(got.release().await.unwrap(), Released::Released);
+            assert!(keys(&eps, name).await.is_empty());
+        }
+    })
+    .await;
+}
+
+/// The guards of a lease that ended stay lost, and the release of each finds nothing
+/// (`NotHeld`), a re-entered lock's two guards included: neither says the lock is still held
+/// (`StillHeld`) when the client has no lease that could hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn guards_of_a_revoked_lease_release_as_not_held() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(30.0, "releases after the revoke", async {
+        let a = client(&url, 30_000).await;
+        let single = a.lock("gone-1").acquire().await.unwrap();
+        let lock = a.lock("gone-2");
+        let outer = lock.acquire().await.unwrap();
+        let inner = lock.acquire().await.unwrap();
+        let (_, _, lease) = keys(&eps, "gone-1").await.remove(0);
+        let revoke = format!("{lease:x}");
+        let eps2 = eps.clone();
+        tokio::task::spawn_blocking(move || etcdctl(&eps2, &["lease", "revoke", &revoke]))
+            .await
+            .unwrap()
+            .expect("etcdctl lease revoke");
+        for g in [&single, &outer, &inner] {
+            within(5.0, "lost() after the revoke", g.lost()).await;
+        }
+        let released = [
+            single.release().await.unwrap(),
+            outer.release().await.unwrap(),
+            inner.release().await.unwrap(),
+        ];
+        assert_eq!(released, [Released::NotHeld; 3], "single, outer, inner");
+    })
+    .await;
+}

@@ -1076,3 +1076,232 @@ async fn a_failed_release_is_never_reentered() {
     )
     .await;
 }
+
+/// The password of session `id`, as the server derives it (`ZooKeeperServer.generatePasswd`:
+/// 16 bytes from `java.util.Random` seeded with `id ^ 0xB3415C00`).
+fn session_password(id: i64) -> [u8; 16] {
+    const MULTIPLIER: i64 = 0x5_DEEC_E66D;
+    const MASK: i64 = (1 << 48) - 1;
+    let mut seed = (id ^ 0xB341_5C00 ^ MULTIPLIER) & MASK;
+    let mut password = [0u8; 16];
+    for chunk in password.chunks_mut(4) {
+        // `Random.nextInt()`, its bytes lowest first, as `Random.nextBytes` takes them.
+        seed = seed.wrapping_mul(MULTIPLIER).wrapping_add(0xB) & MASK;
+        let mut int = (seed >> 16) as i32;
+        for byte in chunk {
+            *byte = int as u8;
+            int >>= 8;
+        }
+    }
+    password
+}
+
+/// Ends session `id` on the server as Curator's `KillSession` did: a connection of its own
+/// takes the session over (its id and password; the server closes the client's connection)
+/// and closes it, in the ZooKeeper protocol. The server deletes the session's ephemeral nodes
+/// and tells the client, when it reconnects, that its session expired. False when the close
+/// was not answered: the client took its session back first (try again).
+async fn close_session(server: &ZooKeeperServer, id: i64) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn send(s: &mut tokio::net::TcpStream, body: &[u8]) -> std::io::Result<()> {
+        s.write_all(&(body.len() as i32).to_be_bytes()).await?;
+        s.write_all(body).await
+    }
+    async fn receive(s: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
+        let len = s.read_i32().await?;
+        let mut body = vec![0; len.max(0) as usize];
+        s.read_exact(&mut body).await?;
+        Ok(body)
+    }
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(server.addr()).await?;
+        // ConnectRequest: protocol version, last zxid seen, timeout, session, password,
+        // read-only.
+        let mut connect = Vec::new();
+        connect.extend_from_slice(&0i32.to_be_bytes());
+        connect.extend_from_slice(&0i64.to_be_bytes());
+        connect.extend_from_slice(&30_000i32.to_be_bytes());
+        connect.extend_from_slice(&id.to_be_bytes());
+        connect.extend_from_slice(&16i32.to_be_bytes());
+        connect.extend_from_slice(&session_password(id));
+        connect.push(0);
+        send(&mut s, &connect).await?;
+        // ConnectResponse: protocol version, then the timeout, zero if the session was refused.
+        let reply = receive(&mut s).await?;
+        if reply.get(4..8) == Some(&[0; 4]) || reply.len() < 8 {
+            return Ok(false);
+        }
+        // RequestHeader: xid, type (closeSession is -11); ReplyHeader: xid, zxid, error.
+        send(
+            &mut s,
+            &[1i32.to_be_bytes(), (-11i32).to_be_bytes()].concat(),
+        )
+        .await?;
+        let reply = receive(&mut s).await?;
+        Ok::<_, std::io::Error>(reply.get(12..16) == Some(&[0; 4]))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), exchange).await,
+        Ok(Ok(true))
+    )
+}
+
+/// The end of a session fires `lost()` on every guard of the client, not on one: guards of
+/// two handles on two names, and both holds of a re-entered lock (counted in the client).
+/// First the server ends the session (closed by another connection, see `close_session`;
+/// the client, which reaches the server through a proxy, is kept from taking its session
+/// back meanwhile): with a 30 s session timeout, every guard is told within seconds of the
+/// client's reconnection, by the end of the session, not by its deadline. Then a client cut
+/// off from a running server (as in
+/// `partitioned_holder_is_told_before_the_server_expires_its_session`, 2 s session): every
+/// guard is told by the session's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_guard_is_told_when_the_session_ends() {
+    let zk = server();
+    let (proxy, cut_off) = (
+        TcpProxy::start(zk.port()).expect("proxy"),
+        TcpProxy::start(zk.port()).expect("proxy"),
+    );
+    within(90.0, "every guard", async {
+        let peek = Peek::connect(&zk.connect_string()).await;
+        let a = proxied_client(&proxy, 30_000).await;
+        let first = a.lock("every-1").acquire().await.unwrap();
+        let second = a.lock("every-2").acquire().await.unwrap();
+        let lock = a.lock("every-3");
+        let outer = lock.acquire().await.unwrap();
+        let inner = lock.acquire().await.unwrap();
+        assert_eq!((outer.hold_count(), inner.hold_count()), (1, 2));
+        let session = peek.children("every-1").await[0].session;
+        for name in ["every-2", "every-3"] {
+            let children = peek.children(name).await;
+            assert_eq!(children.len(), 1, "{children:?}");
+            assert_eq!(children[0].session, session, "one session for every lock");
+        }
+        proxy.refuse_new(true);
+        assert!(
+            close_session(&zk, session).await,
+            "the session was not closed"
+        );
+        for name in ["every-1", "every-2", "every-3"] {
+            assert!(peek.children(name).await.is_empty(), "{name}");
+        }
+        proxy.refuse_new(false);
+        let closed = Instant::now();
+        for (i, g) in [&first, &second, &outer, &inner].iter().enumerate() {
+            within(10.0, &format!("lost() of guard {i}"), g.lost()).await;
+            assert!(!g.is_held(), "guard {i}");
+            let why = g.lost_reason().unwrap_or_default();
+            assert!(
+                why.contains("expired, was closed"),
+                "guard {i} was told by something else than the session's end: {why:?}"
+            );
+        }
+        eprintln!("every guard told {:?} after the close", closed.elapsed());
+        assert!(
+            closed.elapsed() < Duration::from_secs(15),
+            "told after {:?}: by the deadline, not the session's end",
+            closed.elapsed()
+        );
+        drop((first, second, outer, inner));
+
+        // Cut off: no word from the server, every guard's deadline passes.
+        let p = proxied_client(&cut_off, 2_000).await;
+        let first = p.lock("cut-1").acquire().await.unwrap();
+        let second = p.lock("cut-2").acquire().await.unwrap();
+        let lock = p.lock("cut-3");
+        let outer = lock.acquire().await.unwrap();
+        let inner = lock.acquire().await.unwrap();
+        cut_off.refuse_new(true);
+        let cut = Instant::now();
+        assert_eq!(cut_off.cut(), 1);
+        for (i, g) in [&first, &second, &outer, &inner].iter().enumerate() {
+            within(5.0, &format!("lost() of cut-off guard {i}"), g.lost()).await;
+            assert!(!g.is_held(), "cut-off guard {i}");
+        }
+        assert!(
+            cut.elapsed() <= Duration::from_millis(2_500),
+            "{:?}",
+            cut.elapsed()
+        );
+        cut_off.refuse_new(false);
+        drop((first, second, outer, inner));
+    })
+    .await;
+}
+
+/// The session timeout is the server's to choose: ZooKeeper grants what the client asks
+/// within 2 and 20 ticks (its default bounds, set here with a 1 s tick instead of the test
+/// kit's own bounds). The client uses the negotiated timeout: it is every guard's `lease()`,
+/// the guards' deadlines count with it, and `Client::warnings()` reports it when it differs
+/// from `default_lease`; a timeout within the bounds is granted as asked, without a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_negotiated_session_timeout_is_the_lease_and_is_reported() {
+    let zk = ZooKeeperServer::builder()
+        .config("tickTime", "1000")
+        .config("minSessionTimeout", "-1")
+        .config("maxSessionTimeout", "-1")
+        .start()
+        .expect("start a ZooKeeper server");
+    within(60.0, "negotiated timeout", async {
+        let conf = zk.four_letter("conf").expect("conf");
+        assert!(
+            conf.contains("minSessionTimeout=2000") && conf.contains("maxSessionTimeout=20000"),
+            "{conf}"
+        );
+        for (asked_ms, negotiated_ms) in [(500, 2_000), (60_000, 20_000), (5_000, 5_000)] {
+            let asked = Duration::from_millis(asked_ms);
+            let negotiated = Duration::from_millis(negotiated_ms);
+            let c = client(&zk, asked_ms).await;
+            let g = c.lock("negotiated").acquire().await.unwrap();
+            let again = c.lock("negotiated-2").acquire().await.unwrap();
+            assert_eq!(g.lease(), negotiated, "asked for {asked:?}");
+            assert_eq!(again.lease(), negotiated, "asked for {asked:?}");
+            // The deadline counts with the negotiated timeout: never beyond it (60 s asked),
+            // and beyond what was asked when the server granted more (500 ms asked).
+            let left = g.remaining_validity().expect("held");
+            assert!(left <= negotiated, "{left:?} left, asked {asked:?}");
+            if negotiated > asked {
+                assert!(left > asked, "{left:?} left, asked {asked:?}");
+            }
+            common::assert_lease_reported(c.warnings(), asked, negotiated);
+            assert_eq!(g.release().await.unwrap(), Released::Released);
+            assert_eq!(again.release().await.unwrap(), Released::Released);
+            c.close().await.unwrap();
+        }
+    })
+    .await;
+}
+
+/// The guards of a session that ended stay lost, and the release of each finds nothing
+/// (`NotHeld`), a re-entered lock's two guards included: neither says the lock is still held
+/// (`StillHeld`) when the client has no session that could hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn guards_of_an_ended_session_release_as_not_held() {
+    let zk = server();
+    let proxy = TcpProxy::start(zk.port()).expect("proxy");
+    within(60.0, "releases after the session's end", async {
+        let peek = Peek::connect(&zk.connect_string()).await;
+        let a = proxied_client(&proxy, 30_000).await;
+        let single = a.lock("gone-1").acquire().await.unwrap();
+        let lock = a.lock("gone-2");
+        let outer = lock.acquire().await.unwrap();
+        let inner = lock.acquire().await.unwrap();
+        let session = peek.children("gone-1").await[0].session;
+        proxy.refuse_new(true);
+        assert!(
+            close_session(&zk, session).await,
+            "the session was not closed"
+        );
+        proxy.refuse_new(false);
+        for g in [&single, &outer, &inner] {
+            within(10.0, "lost() after the session's end", g.lost()).await;
+        }
+        let released = [
+            single.release().await.unwrap(),
+            outer.release().await.unwrap(),
+            inner.release().await.unwrap(),
+        ];
+        assert_eq!(released, [Released::NotHeld; 3], "single, outer, inner");
+    })
+    .await;
+}

@@ -27,6 +27,10 @@ impl Inner {
         owner: &Arc<str>,
         id: Option<u64>,
     ) -> Result<Released, Error> {
+        if self.session.ended.is_cancelled() {
+            // Every hold ended with the session, a re-entered lock's too: none is left to count.
+            return Ok(Released::NotHeld);
+        }
         let closing = match self.holdings.give_back(name, owner, id) {
             Step::NotHeld => return Ok(Released::NotHeld),
             Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
