@@ -23,7 +23,8 @@ EXIT STATUS:
   PROGRAM's own status    PROGRAM ran and exited
   128+N                   PROGRAM (or, while waiting, fencelock) was killed by signal N
   64                      usage error (bad flag or flag value)
-  69                      connection or configuration error (server down, bad URL or password)
+  69                      connection or configuration error (server down, bad URL or password,
+                          access denied)
   75                      lock held by someone else (--no-wait) or --wait timed out
                           (change with --conflict-exit-code)
   79                      the lock was lost while PROGRAM ran; PROGRAM was stopped

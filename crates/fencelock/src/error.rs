@@ -184,6 +184,19 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
+    /// The service refused the client's credentials, or they give no access to the lock: a
+    /// wrong password, an unknown user, a user whose permissions (Redis ACL, etcd role,
+    /// ZooKeeper ACL) do not cover the lock's keys. Trying again does not help until the
+    /// credentials or permissions change; the request changed nothing.
+    #[error("server {server} refused access{}: {detail}", for_lock(.lock))]
+    Denied {
+        /// The lock name, when the refusal came during a lock operation.
+        lock: Option<String>,
+        /// The server address.
+        server: String,
+        /// The server's reason.
+        detail: String,
+    },
     /// The server answered, but not in the shape fencelock's scripts produce.
     #[error("unexpected reply from server {server}{}: {detail}", for_lock(.lock))]
     Protocol {

@@ -697,3 +697,68 @@ async fn guards_of_a_revoked_lease_release_as_not_held() {
     })
     .await;
 }
+
+/// An etcd with authentication on: a user with a role that may read and write the lock
+/// prefix. The password works from the URL and from `ClientOptions::password` (which the CLI
+/// fills from `FENCELOCK_PASSWORD`); a wrong or missing one is refused, and no error shows
+/// the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn credentials_from_the_url_or_the_options_and_never_shown() {
+    const SECRET: &str = "s3cret-Pa55";
+    let etcd = server();
+    let eps = etcd.endpoints();
+    let admin = ["--user", "root:rootpw"];
+    let setup: [&[&str]; 6] = [
+        &["user", "add", "root:rootpw"],
+        &["role", "add", "locker"],
+        &[
+            "role",
+            "grant-permission",
+            "locker",
+            "--prefix=true",
+            "readwrite",
+            "/fencelock/",
+        ],
+        &["user", "add", &format!("app:{SECRET}")],
+        &["user", "grant-role", "app", "locker"],
+        &["auth", "enable"],
+    ];
+    for args in setup {
+        etcdctl(&eps, args).expect("set up authentication");
+    }
+    within(60.0, "authenticated locking", async {
+        let host = eps.as_str();
+        let in_url = Client::connect(&format!("etcd://app:{SECRET}@{host}")).await;
+        let options = ClientOptions::default().password(SECRET);
+        let in_options = Client::connect_with(&format!("etcd://app@{host}"), options).await;
+        for client in [in_url.unwrap(), in_options.unwrap()] {
+            let guard = client.lock("authed").acquire().await.unwrap();
+            assert!(guard.fencing_token() > 0);
+            assert_eq!(guard.release().await.unwrap(), Released::Released);
+            client.close().await.unwrap();
+        }
+        let wrong = ClientOptions::default().password("not-it");
+        for refused in [
+            Client::connect_with(&format!("etcd://app@{host}"), wrong).await,
+            Client::connect(&format!("etcd://app:wr0ng-{SECRET}@{host}")).await,
+        ] {
+            let Err(e) = refused else {
+                panic!("a wrong password was accepted")
+            };
+            assert!(matches!(e, Error::Denied { .. }), "{e:?}");
+            let shown = format!("{e} {e:?}");
+            assert!(!shown.contains(SECRET), "{shown}");
+            assert!(!shown.contains("not-it"), "{shown}");
+        }
+        // Without credentials the server refuses every request: the lock is not taken.
+        match Client::connect(&format!("etcd://{host}")).await {
+            Ok(anonymous) => {
+                let refused = anonymous.lock("authed").try_acquire().await;
+                assert!(matches!(refused, Err(Error::Denied { .. })), "{refused:?}");
+            }
+            Err(e) => assert!(matches!(e, Error::Denied { .. }), "{e:?}"),
+        }
+    })
+    .await;
+    let _ = etcdctl(&eps, &[&admin[..], &["auth", "disable"]].concat());
+}

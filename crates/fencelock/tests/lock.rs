@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use fencelock::{Error, LockOptions, Released};
+use fencelock::{Client, Error, LockOptions, Released};
 use fencelock_testkit::RedisServer;
 use redis::AsyncCommands;
 
@@ -736,4 +736,38 @@ async fn renewals_resume_after_a_short_outage() {
     // Renewals went on after the outage.
     assert!(server.command_calls("evalsha") >= before + 2);
     assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+/// A wrong password, and a user whose ACL does not cover the lock's keys, are refused with
+/// `Error::Denied` (not `Unavailable`: trying again does not help), and nothing is locked.
+#[tokio::test]
+async fn credentials_and_acls_the_server_refuses_are_denied() {
+    let server = fencelock_testkit::RedisServer::builder()
+        .config("requirepass", "s3cret")
+        .start()
+        .unwrap();
+    let url = |auth: &str| format!("redis://{auth}@127.0.0.1:{}", server.port());
+    let wrong = Client::connect(&url(":not-it")).await.err();
+    assert!(matches!(wrong, Some(Error::Denied { .. })), "{wrong:?}");
+    assert!(!format!("{wrong:?}").contains("not-it"));
+    // A user that may run commands on other keys only.
+    let mut admin_conn = redis::Client::open(url(":s3cret"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let rules = ["SETUSER", "app", "on", ">apppw", "~other:*", "+@all"];
+    let _: () = redis::cmd("ACL")
+        .arg(&rules)
+        .query_async(&mut admin_conn)
+        .await
+        .unwrap();
+    let app = Client::connect(&url("app:apppw")).await.unwrap();
+    let refused = app.lock("guarded").acquire().await;
+    match refused {
+        Err(Error::Denied { lock, .. }) => assert_eq!(lock.as_deref(), Some("guarded")),
+        other => panic!("expected Denied, got {other:?}"),
+    }
+    let admin = Client::connect(&url(":s3cret")).await.unwrap();
+    assert!(!admin.status("guarded").await.unwrap().held);
 }

@@ -1305,3 +1305,24 @@ async fn guards_of_an_ended_session_release_as_not_held() {
     })
     .await;
 }
+
+/// A base path whose ACL lets this client read but not create: the acquire is refused with
+/// `Error::Denied` naming the lock (trying again does not help), and nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_path_the_acl_closes_is_denied() {
+    use zookeeper_client::{Acls, CreateMode};
+    let zk = server();
+    within(30.0, "denied", async {
+        let peek = Peek::connect(&zk.connect_string()).await;
+        let read_only = CreateMode::Persistent.with_acls(Acls::anyone_read());
+        peek.zk.create("/guarded", b"", &read_only).await.unwrap();
+        let url = format!("zk://{}/guarded", zk.connect_string());
+        let client = Client::connect(&url).await.unwrap();
+        match client.lock("x").acquire().await {
+            Err(Error::Denied { lock, .. }) => assert_eq!(lock.as_deref(), Some("x")),
+            other => panic!("expected Denied, got {other:?}"),
+        }
+        assert!(peek.zk.list_children("/guarded").await.unwrap().is_empty());
+    })
+    .await;
+}

@@ -285,6 +285,11 @@ impl Inner {
                 server,
                 detail: format!("etcd: {fault}"),
             },
+            Fault::Etcd(ref e) if session::denied(e) => Error::Denied {
+                lock,
+                server,
+                detail: format!("etcd: {fault}"),
+            },
             Fault::Etcd(etcd_client::Error::GRpcStatus(ref s)) if !fault.transient() => {
                 Error::Protocol {
                     lock,

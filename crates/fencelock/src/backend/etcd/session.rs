@@ -69,6 +69,28 @@ impl Fault {
     }
 }
 
+/// Whether etcd refused the credentials or their permissions: a wrong password or unknown
+/// user (`authentication failed`), no user while authentication is on (`user name is empty`),
+/// a token it no longer knows, or a role without access to the key.
+pub(crate) fn denied(e: &etcd::Error) -> bool {
+    let etcd::Error::GRpcStatus(s) = e else {
+        return false;
+    };
+    match s.code() as i32 {
+        // PERMISSION_DENIED, UNAUTHENTICATED.
+        7 | 16 => true,
+        // INVALID_ARGUMENT carries etcd's authentication errors.
+        3 => [
+            "authentication failed",
+            "user name is empty",
+            "invalid auth token",
+        ]
+        .iter()
+        .any(|m| s.message().contains(m)),
+        _ => false,
+    }
+}
+
 impl std::fmt::Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -124,6 +146,13 @@ impl Session {
         let (client, asked, sent, granted) =
             match tokio::time::timeout(options.request_bound(), connecting).await {
                 Ok(Ok(done)) => done,
+                Ok(Err(e)) if denied(&e) => {
+                    return Err(Error::Denied {
+                        lock: None,
+                        server: server.clone(),
+                        detail: format!("etcd: {e}"),
+                    })
+                }
                 Ok(Err(e)) => return Err(unavailable(format!("cannot grant a lease: {e}"))),
                 Err(_) => return Err(unavailable("no lease within the request bound".into())),
             };

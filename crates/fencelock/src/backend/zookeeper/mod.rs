@@ -326,6 +326,11 @@ impl Inner {
                 server,
                 detail: format!("ZooKeeper: {e}"),
             },
+            NoAuth | AuthFailed => Error::Denied {
+                lock,
+                server,
+                detail: format!("ZooKeeper: {e}"),
+            },
             e => Error::Protocol {
                 lock,
                 server,

@@ -309,6 +309,13 @@ impl RedisBackend {
 
     pub(super) fn error(&self, keys: Option<&LockKeys>, e: RedisError) -> Error {
         let lock = keys.map(|k| k.name.clone());
+        if denied(&e) {
+            return Error::Denied {
+                lock,
+                server: self.server.clone(),
+                detail: e.to_string(),
+            };
+        }
         if e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()
@@ -348,4 +355,11 @@ impl RedisBackend {
             source: e,
         }
     }
+}
+
+/// Whether the server refused the credentials (a wrong password or user, also when a
+/// reconnection authenticates) or the user's ACL does not allow a command or key.
+pub(crate) fn denied(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
 }

@@ -115,10 +115,21 @@ impl RedisBackend {
                 server: display.clone(),
                 detail: format!("no connection within {bound:?}"),
             })?
-            .map_err(|e| Error::Unavailable {
-                lock: None,
-                server: display.clone(),
-                detail: e.to_string(),
+            .map_err(|e| {
+                let (server, detail) = (display.clone(), e.to_string());
+                if exec::denied(&e) {
+                    Error::Denied {
+                        lock: None,
+                        server,
+                        detail,
+                    }
+                } else {
+                    Error::Unavailable {
+                        lock: None,
+                        server,
+                        detail,
+                    }
+                }
             })?;
         let server = match &conn {
             Conn::Master(Master::Plain(node)) => node.server.clone(),
