@@ -366,3 +366,141 @@ async fn the_undo_of_a_dropped_attempt_gives_back_only_its_own_hold() {
     assert_eq!(guard.release().await.unwrap(), Released::Released);
     assert!(!has_key(&server, "concurrent"), "an orphan hold is left");
 }
+
+/// Item 2 on RedLock: a majority of the servers stalls past the response timeout, and the
+/// caller retries at once. When the servers run the queued attempts, none of the given-up
+/// ones counts as a re-entry of the attempt that finally succeeds, and its one release frees
+/// the lock on every server.
+#[tokio::test]
+async fn redlock_retries_after_a_stalled_majority_take_one_hold() {
+    let servers = servers(3);
+    let options = ClientOptions::default().response_timeout(Duration::from_millis(300));
+    let client = redlock(&servers, options).await;
+    let lock = client.lock("stalled-majority");
+    // Load the scripts everywhere first, so that only the stall makes attempts fail.
+    lock.acquire().await.unwrap().release().await.unwrap();
+    settle(&client).await;
+    // Two of three servers stall for 0.9 s (three response timeouts); their sockets keep
+    // every request sent meanwhile, which they run when they wake.
+    servers[0].pause();
+    servers[1].pause();
+    let mut failures = 0;
+    let retries = async {
+        loop {
+            match lock.acquire().await {
+                Ok(guard) => break guard,
+                Err(Error::Unavailable { .. } | Error::Quorum { .. }) => failures += 1,
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+    };
+    let wake = async {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        servers[0].resume();
+        servers[1].resume();
+    };
+    let (guard, ()) = within(15.0, "acquire after the stall", async {
+        tokio::join!(retries, wake)
+    })
+    .await;
+    assert!(failures >= 1, "the stall made no attempt fail");
+    assert_eq!(
+        guard.hold_count(),
+        1,
+        "a given-up attempt counted as a re-entry ({failures} attempts failed)"
+    );
+    let owner = lock.owner().to_owned();
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    // The release went to every server; the lease is 30 s, so a key still there after a
+    // second is an orphan.
+    eventually(1.0, "released on every server", || {
+        servers.iter().all(|s| !has_key(s, "stalled-majority"))
+    })
+    .await;
+    let other = redlock(&servers, ClientOptions::default()).await;
+    let next = other
+        .lock("stalled-majority")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the lock is free after the one release");
+    for (i, s) in servers.iter().enumerate() {
+        assert!(
+            !granted_to(s, "stalled-majority", &owner),
+            "server {i} kept a grant of the released owner"
+        );
+    }
+    assert_eq!(next.release().await.unwrap(), Released::Released);
+}
+
+/// A RedLock lock under the watchdog (3 s lease) whose key server 0 lost: the renewal that
+/// finds it gone answers there first while servers 1 and 2 are held up, so it succeeds on
+/// the majority and hands a heal of server 0 to the background. Returns once that renewal
+/// has been decided (servers 1 and 2 running again).
+async fn heal_under_way(servers: &[RedisServer], name: &str) {
+    let key = format!("fencelock:{{{name}}}");
+    // A renewal in flight now would find the key still there: start from a clean count.
+    let before = servers[0].command_calls("evalsha");
+    servers[1].pause();
+    servers[2].pause();
+    servers[0].command(&["DEL", &key]).unwrap();
+    // The next renewal (a third of the lease after the last) reaches server 0, which has
+    // lost the lock, while the two others cannot answer yet.
+    eventually(3.0, "a renewal reached server 0", || {
+        servers[0].command_calls("evalsha") > before && !has_key(&servers[0], name)
+    })
+    .await;
+    servers[1].resume();
+    servers[2].resume();
+}
+
+/// Item 5 with the watchdog: a heal started by a renewal never leaves a grant behind the
+/// release that follows it, whether the release comes at once or after the heal landed.
+#[tokio::test]
+async fn a_watchdog_heal_leaves_no_grant_after_the_release() {
+    let servers = servers(3);
+    let options = ClientOptions::default().default_lease(Duration::from_secs(3));
+    let client = redlock(&servers, options).await;
+    let lock = client.lock("watchdog-healed");
+    for round in 0..4 {
+        let guard = lock.acquire().await.unwrap();
+        heal_under_way(&servers, "watchdog-healed").await;
+        if round % 2 == 1 {
+            // The heal runs: server 0 has the lock again before the release.
+            eventually(2.0, "server 0 healed", || {
+                has_key(&servers[0], "watchdog-healed")
+            })
+            .await;
+        }
+        assert!(guard.is_held(), "lost: {:?}", guard.lost_reason());
+        assert_eq!(guard.release().await.unwrap(), Released::Released);
+        // Well within the 3 s lease that a heal landing after the release would give.
+        eventually(1.0, "no server keeps a grant after the release", || {
+            servers.iter().all(|s| !has_key(s, "watchdog-healed"))
+        })
+        .await;
+    }
+}
+
+/// Item 5: after a heal and the release, the same handle's next acquire takes a fresh
+/// holding (one hold), not a re-entry of a hold the heal put back.
+#[tokio::test]
+async fn an_acquire_after_a_healed_release_takes_one_hold() {
+    let servers = servers(3);
+    let options = ClientOptions::default().default_lease(Duration::from_secs(3));
+    let client = redlock(&servers, options).await;
+    let lock = client.lock("heal-then-again");
+    for _ in 0..4 {
+        let guard = lock.acquire().await.unwrap();
+        heal_under_way(&servers, "heal-then-again").await;
+        assert_eq!(guard.release().await.unwrap(), Released::Released);
+        // At once: a heal still under way would be re-entered.
+        let again = lock.acquire().await.unwrap();
+        assert_eq!(again.hold_count(), 1, "re-entered a stale hold");
+        assert_eq!(again.release().await.unwrap(), Released::Released);
+        eventually(1.0, "released on every server", || {
+            servers.iter().all(|s| !has_key(s, "heal-then-again"))
+        })
+        .await;
+    }
+}

@@ -5,11 +5,12 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use fencelock::{Client, Error, Guard, LockOptions, Released};
+use fencelock::{Client, Error, Guard, Lock, LockOptions, Released};
 use fencelock_testkit::RedisServer;
 
 /// The length of one of the lock's queue keys (`LLEN` of the list, `HLEN` of the hash).
@@ -386,8 +387,8 @@ async fn a_release_with_a_waiter_hands_over_and_marks_the_queue() {
     assert!(!has_key(&server, "marked"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_that_wants_replica_acks_is_served_under_contention() {
+/// A master with one replica in sync with it, for `min_replica_acks`.
+async fn master_with_replica() -> (RedisServer, RedisServer) {
     let master = server();
     let replica = RedisServer::builder()
         .config("replicaof", &format!("127.0.0.1 {}", master.port()))
@@ -397,15 +398,24 @@ async fn a_waiter_that_wants_replica_acks_is_served_under_contention() {
         replica.info_field("master_link_status").as_deref() == Some("up")
     })
     .await;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    (master, replica)
+}
+
+/// Two clients of `server` taking turns on `name` (100 ms holds) until `stop` is set; each
+/// task returns how many turns it took.
+async fn take_turns(
+    server: &RedisServer,
+    name: &str,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<usize>> {
     let mut turns = Vec::new();
     for _ in 0..2 {
-        let c = client(&master).await;
-        let stop = stop.clone();
+        let c = client(server).await;
+        let (stop, name) = (stop.clone(), name.to_owned());
         turns.push(tokio::spawn(async move {
-            let lock = c.lock("acked");
+            let lock = c.lock(&name);
             let mut taken = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && taken < 200 {
+            while !stop.load(Ordering::Relaxed) && taken < 200 {
                 let g = lock.acquire().await.unwrap();
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 g.release().await.unwrap();
@@ -414,6 +424,37 @@ async fn a_waiter_that_wants_replica_acks_is_served_under_contention() {
             taken
         }));
     }
+    turns
+}
+
+/// Stops the clients of [`take_turns`], after checking that they were still taking turns.
+async fn stop_turns(stop: &AtomicBool, turns: Vec<tokio::task::JoinHandle<usize>>) {
+    assert!(
+        turns.iter().all(|t| !t.is_finished()),
+        "the others had stopped"
+    );
+    stop.store(true, Ordering::Relaxed);
+    for t in turns {
+        within(5.0, "the others stop", t).await.unwrap();
+    }
+}
+
+/// The owners in the wait queue of `name`, in order.
+fn queued_owners(server: &RedisServer, name: &str) -> Vec<String> {
+    let key = format!("fencelock:{{{name}}}:queue");
+    match server.command(&["LRANGE", &key, "0", "-1"]).unwrap() {
+        fencelock_testkit::Reply::Array(Some(items)) => {
+            items.iter().map(|i| i.text().unwrap()).collect()
+        }
+        other => panic!("LRANGE replied {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_wants_replica_acks_is_served_under_contention() {
+    let (master, _replica) = master_with_replica().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let turns = take_turns(&master, "acked", &stop).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let acked = client(&master).await;
     let lock = acked
@@ -429,8 +470,113 @@ async fn a_waiter_that_wants_replica_acks_is_served_under_contention() {
         "the others had stopped"
     );
     assert_eq!(guard.release().await.unwrap(), Released::Released);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for t in turns {
-        within(5.0, "the others stop", t).await.unwrap();
+    stop_turns(&stop, turns).await;
+}
+
+/// Waits for `lock`, records `who` in `served`, holds it briefly and releases it.
+fn serve(
+    lock: Lock,
+    who: &'static str,
+    served: &Arc<Mutex<Vec<&'static str>>>,
+) -> tokio::task::JoinHandle<()> {
+    let served = served.clone();
+    tokio::spawn(async move {
+        let guard = lock.acquire().await.unwrap();
+        assert!(guard.is_held());
+        assert_eq!(guard.hold_count(), 1);
+        served.lock().unwrap().push(who);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(guard.release().await.unwrap(), Released::Released);
+    })
+}
+
+/// Issue 9 item 13: ordinary waiters that queue in their client behind a waiter wanting
+/// replica acks are served too, in bounded time, while two other clients take turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_behind_a_replica_ack_waiter_of_their_client_are_served_under_contention() {
+    let (master, _replica) = master_with_replica().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let turns = take_turns(&master, "acked-line", &stop).await;
+    eventually(5.0, "the others contend", || {
+        queue_len(&master, "acked-line") >= 1
+    })
+    .await;
+    let client = client(&master).await;
+    let acked = client
+        .lock("acked-line")
+        .with_options(LockOptions::default().min_replica_acks(1, Duration::from_millis(500)));
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = vec![serve(acked.clone(), "acks", &served)];
+    eventually(5.0, "the replica-ack waiter took its place", || {
+        queued_owners(&master, "acked-line").contains(&acked.owner().to_owned())
+    })
+    .await;
+    // Two ordinary handles of the same client (owners of their own): they queue in the
+    // client behind the replica-ack waiter.
+    for who in ["plain 1", "plain 2"] {
+        tasks.push(serve(client.lock("acked-line"), who, &served));
     }
+    within(
+        10.0,
+        "every waiter of the client served under contention",
+        async {
+            for t in tasks {
+                t.await.unwrap();
+            }
+        },
+    )
+    .await;
+    let served = served.lock().unwrap().clone();
+    assert_eq!(served.len(), 3, "{served:?}");
+    assert_eq!(served[0], "acks", "{served:?}");
+    stop_turns(&stop, turns).await;
+}
+
+/// Issue 9 item 13: a waiter whose place in the server's queue went when a clone of its
+/// owner released (`Lock::release` without a guard, holding nothing, leaves the queue) is
+/// told nothing when the lock changes hands, yet is still served in bounded time while two
+/// other clients take turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_place_a_clone_gave_up_is_served_under_contention() {
+    let server = server();
+    // A long holder, so that nothing is handed over while the place goes.
+    let first = client(&server).await;
+    let held = first
+        .lock("regained")
+        .with_options(LockOptions::default().lease(Duration::from_secs(20)))
+        .acquire()
+        .await
+        .unwrap();
+    let client = client(&server).await;
+    let lock = client.lock("regained");
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await }
+    });
+    let owner = lock.owner().to_owned();
+    eventually(5.0, "the waiter took its place", || {
+        queued_owners(&server, "regained") == [owner.clone()]
+    })
+    .await;
+    assert_eq!(lock.release().await.unwrap(), Released::NotHeld);
+    assert!(
+        queued_owners(&server, "regained").is_empty(),
+        "the owner's place stayed"
+    );
+    // Two other clients queue behind the holder, then take turns.
+    let stop = Arc::new(AtomicBool::new(false));
+    let turns = take_turns(&server, "regained", &stop).await;
+    eventually(5.0, "the others queued", || {
+        queue_len(&server, "regained") == 2
+    })
+    .await;
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    let guard = within(6.0, "the waiter whose place went is served", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(guard.is_held());
+    assert_eq!(guard.hold_count(), 1);
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    stop_turns(&stop, turns).await;
 }

@@ -435,3 +435,123 @@ async fn a_reentry_keeps_its_token_when_a_server_grants_afresh() {
     again.release().await.unwrap();
     first.release().await.unwrap();
 }
+
+/// Five servers, every script loaded on each; `holder` holds `name` (30 s lease) on servers
+/// 0-2 only (3 and 4 lost it, as servers restarted empty do). With 3 and 4 paused, an
+/// attempt by another owner is refused by the majority at once, while 3 and 4 grant it late,
+/// when they resume.
+async fn held_on_three_of_five(
+    servers: &[fencelock_testkit::RedisServer],
+    holder: &fencelock::Client,
+    name: &str,
+) -> fencelock::Guard {
+    let warm = holder.lock("warm");
+    warm.acquire().await.unwrap().release().await.unwrap();
+    eventually(5.0, "warm-up released everywhere", || {
+        servers.iter().all(|s| !has_key(s, "warm"))
+    })
+    .await;
+    let guard = holder
+        .lock(name)
+        .with_options(LockOptions::default().lease(Duration::from_secs(30)))
+        .acquire()
+        .await
+        .unwrap();
+    let key = format!("fencelock:{{{name}}}");
+    for s in &servers[3..] {
+        s.command(&["DEL", &key]).unwrap();
+    }
+    guard
+}
+
+fn pause_3_and_4(servers: &[fencelock_testkit::RedisServer]) {
+    servers[3].pause();
+    servers[4].pause();
+}
+
+/// Item 6: a RedLock attempt that fails while two servers grant it late. `Client::close`
+/// returns `Ok` only once those late grants are removed: right after it, no server has one
+/// (the slow servers came back within close's bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_returns_ok_only_after_late_grants_are_removed() {
+    let servers = servers(5);
+    let holder = redlock(&servers, ClientOptions::default()).await;
+    let options = ClientOptions::default()
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(3));
+    let client = redlock(&servers, options).await;
+    let guard = held_on_three_of_five(&servers, &holder, "late").await;
+    let before: Vec<u64> = servers[3..]
+        .iter()
+        .map(|s| s.command_calls("evalsha"))
+        .collect();
+    pause_3_and_4(&servers);
+    let lock = client.lock("late");
+    let owner = lock.owner().to_owned();
+    assert!(
+        lock.try_acquire().await.unwrap().is_err(),
+        "acquired a lock held on a majority"
+    );
+    let closing = tokio::spawn(client.close());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !closing.is_finished(),
+        "close did not wait for the paused servers"
+    );
+    servers[3].resume();
+    servers[4].resume();
+    within(10.0, "close", closing)
+        .await
+        .unwrap()
+        .expect("the slow servers answered within close's bound");
+    // Right after close, not eventually: a program exits here.
+    for (i, s) in servers.iter().enumerate() {
+        assert!(
+            !granted_to(s, "late", &owner),
+            "server {i} keeps a late grant after close returned Ok"
+        );
+    }
+    for (s, b) in servers[3..].iter().zip(&before) {
+        assert!(!has_key(s, "late"), "a late grant is left");
+        // The late acquire ran there (and granted: the key was gone), then its undo.
+        assert!(s.command_calls("evalsha") >= b + 2);
+    }
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+/// Item 6, when close cannot promise it: the slow servers are still paused when close's
+/// bound (connect + response timeout) has passed, so their late grants cannot have been
+/// removed yet; close says so with `Error::Unfinished` instead of `Ok`. The late grants
+/// are still removed once the servers run what was sent to them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_reports_late_grants_it_could_not_remove() {
+    let servers = servers(5);
+    let holder = redlock(&servers, ClientOptions::default()).await;
+    let options = ClientOptions::default()
+        .connect_timeout(Duration::from_millis(200))
+        .response_timeout(Duration::from_millis(300));
+    let client = redlock(&servers, options).await;
+    let guard = held_on_three_of_five(&servers, &holder, "unfinished").await;
+    pause_3_and_4(&servers);
+    let lock = client.lock("unfinished");
+    let owner = lock.owner().to_owned();
+    assert!(
+        lock.try_acquire().await.unwrap().is_err(),
+        "acquired a lock held on a majority"
+    );
+    let closed = within(5.0, "close", client.close()).await;
+    servers[3].resume();
+    servers[4].resume();
+    assert!(
+        matches!(closed, Err(Error::Unfinished { .. })),
+        "close hid late grants it had not removed: {closed:?}"
+    );
+    // The 30 s lease cannot explain a removal within 3 s.
+    eventually(3.0, "the late grants are removed", || {
+        servers[3..]
+            .iter()
+            .all(|s| !granted_to(s, "unfinished", &owner))
+    })
+    .await;
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}

@@ -129,3 +129,9 @@ pub fn assert_lease_reported(warnings: &[String], asked: Duration, granted: Dura
         "the warning names the lease granted and the one asked for: {w}"
     );
 }
+
+/// Whether `owner` has a field (holds) in lock `name`'s hash on `server`.
+pub fn granted_to(server: &RedisServer, name: &str, owner: &str) -> bool {
+    let key = format!("fencelock:{{{name}}}");
+    server.command(&["HEXISTS", &key, owner]).unwrap().int() == Some(1)
+}
