@@ -26,16 +26,11 @@ async fn locks_and_waiters_follow_a_sentinel_failover() {
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     // Let the lock replicate, then fail over while it is held and the waiter waits.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let new_master = tokio::task::spawn_blocking(move || {
-        let port = set.failover().unwrap();
-        (set, port)
-    })
-    .await
-    .unwrap();
-    let (set, new_master) = new_master;
+    let (set, new_master) = failover(set).await;
     assert_ne!(new_master, first_master);
 
-    // The watchdog finds the new master (READONLY from the demoted one) and keeps the lock.
+    // The watchdog finds the new master (the sentinels announce it; READONLY from the demoted
+    // one would tell too) and keeps the lock.
     tokio::select! {
         _ = guard.lost() => panic!("lost in the failover: {:?}", guard.lost_reason()),
         _ = tokio::time::sleep(Duration::from_millis(2500)) => {}
@@ -58,9 +53,9 @@ async fn locks_and_waiters_follow_a_sentinel_failover() {
 
 /// A waiter on a client that sends nothing else follows the failover too, and is woken by
 /// the release on the new master long before its bound (the holder's 20 s lease) runs out.
-/// The sentinels end the demoted master's client connections, pub/sub ones included
-/// (`CLIENT KILL TYPE pubsub`); the lost subscription wakes the waiter, whose next attempt
-/// meets READONLY and moves the client to the master the sentinels name.
+/// The sentinels' `+switch-master` wakes the waiter, whose next attempt moves the client to
+/// the new master (later, the sentinels end the demoted master's client connections, pub/sub
+/// ones included, which would wake it too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_on_an_idle_client_follows_the_failover() {
     let set = SentinelSet::start().unwrap();
@@ -84,12 +79,7 @@ async fn a_waiter_on_an_idle_client_follows_the_failover() {
         set.servers[0].command_calls("subscribe") >= 1
     })
     .await;
-    let (set, promoted) = tokio::task::spawn_blocking(move || {
-        let port = set.failover().unwrap();
-        (set, port)
-    })
-    .await
-    .unwrap();
+    let (set, promoted) = failover(set).await;
     assert_ne!(promoted, old);
     let new_master = set.servers.iter().find(|s| s.port() == promoted).unwrap();
     eventually(10.0, "the waiter subscribed on the new master", || {
@@ -218,4 +208,50 @@ async fn renewals_find_the_new_master_after_the_old_one_dies() {
     .await;
     assert!(guard.is_held(), "{:?}", guard.lost_reason());
     assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+/// `SENTINEL FAILOVER` promotes the replica but leaves the old master a writable master
+/// until a sentinel converts it, about ten seconds later: a client that waited for READONLY
+/// or a closed connection would lock on the old master all that time, while clients that
+/// switched lock on the new one (two holders; `fencelock verify --backend sentinel --faults
+/// sentinel-failover` saw it). The client hears the sentinels' `+switch-master` and moves at
+/// once: a lock taken within seconds of the promotion is on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_moves_the_client_at_once() {
+    let set = SentinelSet::start().unwrap();
+    let client = Client::connect(&set.url()).await.unwrap();
+    let old = set.master_port().unwrap();
+    let lock = client.lock("moved");
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let (set, promoted) = failover(set).await;
+    assert_ne!(promoted, old);
+    let on = |port: u16| {
+        let server = set.servers.iter().find(|s| s.port() == port).unwrap();
+        let exists = server.command(&["EXISTS", "fencelock:{moved}"]).unwrap();
+        exists.int() == Some(1)
+    };
+    within(4.0, "a lock on the new master", async {
+        loop {
+            let guard = lock.acquire().await.unwrap();
+            let (on_new, on_old) = (on(promoted), on(old));
+            guard.release().await.unwrap();
+            if on_new {
+                assert!(!on_old, "the lock was on both masters");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+/// `SENTINEL FAILOVER`, waited for off the runtime's threads; the set and the new master's
+/// port.
+async fn failover(set: SentinelSet) -> (SentinelSet, u16) {
+    tokio::task::spawn_blocking(move || {
+        let port = set.failover().unwrap();
+        (set, port)
+    })
+    .await
+    .unwrap()
 }

@@ -11,6 +11,7 @@
 //! `RedisBackend::on_master` if it may run twice.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
@@ -20,8 +21,11 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{AsyncConnectionConfig, ConnectionInfo, PushInfo, PushKind, RedisError, Value};
 
+use super::announce::Announcements;
 use super::engine::ReleaseSink;
 use super::url::server_name;
+use crate::abandoned::Abandoned;
+use crate::name::LockKeys;
 use crate::options::ClientOptions;
 
 /// A node's subscriber connection as its push handler sees it (weakly: the node owns it).
@@ -84,7 +88,7 @@ pub(crate) fn push_handler(
     }
 }
 
-fn manager_config(options: &ClientOptions) -> ConnectionManagerConfig {
+pub(crate) fn manager_config(options: &ClientOptions) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(options.connect_timeout))
         .set_response_timeout(Some(options.response_timeout))
@@ -98,7 +102,7 @@ fn manager_config(options: &ClientOptions) -> ConnectionManagerConfig {
 /// a `ConnectionManager` replace a connection as soon as it is closed: redis-rs listens for
 /// the disconnection only on RESP3 connections (`ConnectionManager::new_lazy_with_config`
 /// sets its internal push sender only then; `check_for_disconnect_pushes` reconnects).
-fn resp3(info: &ConnectionInfo) -> ConnectionInfo {
+pub(crate) fn resp3(info: &ConnectionInfo) -> ConnectionInfo {
     info.clone().set_redis_settings(
         info.redis_settings()
             .clone()
@@ -267,6 +271,19 @@ pub(crate) struct SentinelConn {
     options: ClientOptions,
     sink: Weak<dyn ReleaseSink>,
     pub(crate) name: String,
+    /// The sentinels' announcements of a new master, and how many of them the current node
+    /// was resolved after: a manual failover leaves the old master writable for seconds.
+    announced: Announcements,
+    seen: AtomicU64,
+    /// Holds released by id on the current master, kept for the longest lease taken through
+    /// this client (`longest_ms`): a release that had not replicated when the master was
+    /// replaced leaves the hold on the new one, and the owner's next acquire would re-enter
+    /// it. At a switch they become `stale`: the owner's next attempt on the lock gives them
+    /// back first, as it does attempts given up (a second give-back of a released hold does
+    /// nothing).
+    released: Abandoned,
+    stale: Abandoned,
+    longest_ms: AtomicU64,
 }
 
 impl SentinelConn {
@@ -282,6 +299,9 @@ impl SentinelConn {
         sink: Weak<dyn ReleaseSink>,
     ) -> Result<Self, RedisError> {
         let names: Vec<String> = sentinels.iter().map(server_name).collect();
+        // Listening first: an announcement made while the master is resolved is not missed.
+        let announced = Announcements::listen(&sentinels, master, options, sink.clone()).await;
+        let seen = AtomicU64::new(announced.count());
         let mut client = SentinelClient::build(
             sentinels,
             master.to_owned(),
@@ -297,7 +317,38 @@ impl SentinelConn {
             options: options.clone(),
             sink,
             name: format!("{master} via sentinels {}", names.join(",")),
+            announced,
+            seen,
+            released: Abandoned::default(),
+            stale: Abandoned::default(),
+            longest_ms: AtomicU64::new(0),
         })
+    }
+
+    /// An acquire with this lease is under way (see `released`).
+    pub(crate) fn note_lease(&self, lease_ms: u64) {
+        self.longest_ms.fetch_max(lease_ms, Ordering::Relaxed);
+    }
+
+    /// Hold `id` of `owner` was released on the current master.
+    pub(crate) fn note_release(&self, keys: &LockKeys, owner: &Arc<str>, id: u64) {
+        let kept = Duration::from_millis(self.longest_ms.load(Ordering::Relaxed));
+        self.released.add(keys, owner, id, kept);
+    }
+
+    /// Holds of `owner` on this lock released on a master that was replaced since.
+    pub(crate) fn stale(&self, keys: &LockKeys, owner: &str) -> Vec<u64> {
+        self.stale.pending(keys, owner)
+    }
+
+    /// An acquire gave back these stale holds.
+    pub(crate) fn settle_stale(&self, keys: &LockKeys, owner: &str, ids: &[u64]) {
+        self.stale.settle(keys, owner, ids);
+    }
+
+    /// Whether the sentinels announced a new master since the current one was resolved.
+    pub(crate) fn announced_new(&self) -> bool {
+        self.announced.count() > self.seen.load(Ordering::SeqCst)
     }
 
     async fn resolve(
@@ -329,6 +380,7 @@ impl SentinelConn {
         if !Arc::ptr_eq(&self.current(), failed) {
             return Ok(()); // another caller switched already
         }
+        let heard = self.announced.count();
         let node = {
             let mut sentinels = self.sentinels.lock().await;
             Self::resolve(&mut sentinels, &self.options, self.sink.clone()).await?
@@ -346,6 +398,8 @@ impl SentinelConn {
         }
         tracing::warn!(from = %failed.server, to = %node.server, "the sentinels named a new master");
         *self.node.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(node);
+        self.seen.store(heard, Ordering::SeqCst);
+        self.stale.absorb(&self.released);
         if let Some(sink) = self.sink.upgrade() {
             sink.disconnected();
         }

@@ -26,6 +26,7 @@ use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::Renewals;
 
 mod acquire;
+mod announce;
 mod conn;
 mod distinct;
 mod engine;

@@ -210,15 +210,18 @@ impl RedisBackend {
     ) -> Result<AcquireReply, Error> {
         let keys = &attempt.keys;
         let script = &scripts().acquire;
-        let call = self.acquire_call(attempt, proposal);
+        let stale = self.stale_holds(attempt);
+        let call = self.acquire_call(attempt, proposal, &stale);
         let queued = attempt.queueing.join.is_some();
         match attempt.acks {
             None => {
                 let reply: Vec<Value> = self.run(keys, script, &call).await?;
+                self.settle_stale(attempt, &stale);
                 self.parse_acquire(keys, &reply, queued)
             }
             Some(acks) => {
                 let (reply, lent): (Vec<Value>, _) = self.run_on_lent(keys, script, &call).await?;
+                self.settle_stale(attempt, &stale);
                 let reply = self.parse_acquire(keys, &reply, queued)?;
                 if !matches!(reply, AcquireReply::Acquired { .. }) {
                     lent.give_back(self);
@@ -232,14 +235,35 @@ impl RedisBackend {
         }
     }
 
+    /// Through Sentinel: holds of this owner on this lock released on a master that was
+    /// replaced since (see `SentinelConn::stale`); the attempt gives them back first.
+    fn stale_holds(&self, attempt: &Attempt) -> Vec<u64> {
+        match &self.conn {
+            Conn::Master(Master::Sentinel(sentinel)) => {
+                sentinel.note_lease(attempt.lease_ms);
+                sentinel.stale(&attempt.keys, &attempt.owner)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The acquire script ran with `stale`: those holds are given back.
+    fn settle_stale(&self, attempt: &Attempt, stale: &[u64]) {
+        if let (Conn::Master(Master::Sentinel(sentinel)), false) = (&self.conn, stale.is_empty()) {
+            sentinel.settle_stale(&attempt.keys, &attempt.owner, stale);
+        }
+    }
+
     /// The acquire script's call. Keys and trailing arguments the script does not need are
     /// left out: every one costs the server. The queue's keys are only touched when queueing
-    /// or giving attempts back.
-    fn acquire_call(&self, attempt: &Attempt, proposal: Option<u64>) -> redis::Cmd {
+    /// or giving attempts back (`attempt.abandoned`, and `stale`: see `stale_holds`).
+    fn acquire_call(&self, attempt: &Attempt, proposal: Option<u64>, stale: &[u64]) -> redis::Cmd {
         let keys = &attempt.keys;
         let queueing = attempt.queueing;
-        let full =
-            queueing.join.is_some() || queueing.claim.is_some() || !attempt.abandoned.is_empty();
+        let full = queueing.join.is_some()
+            || queueing.claim.is_some()
+            || !attempt.abandoned.is_empty()
+            || !stale.is_empty();
         let mut call = evalsha(&scripts().acquire, if full { 4 } else { 2 });
         call.arg(&keys.lock).arg(&keys.fence);
         if full {
@@ -257,7 +281,8 @@ impl RedisBackend {
                 .arg(queueing.claim.map(|c| c.to_string()).unwrap_or_default())
                 .arg(&keys.channel)
                 .arg(self.publish_mode())
-                .arg(&attempt.abandoned[..]);
+                .arg(&attempt.abandoned[..])
+                .arg(stale);
         }
         call
     }
@@ -341,6 +366,10 @@ impl RedisBackend {
             None => Resend::Never,
         };
         let left: i64 = self.run_as(resend, keys, script, &call).await?;
+        if let (Conn::Master(Master::Sentinel(sentinel)), Some(id), 0..) = (&self.conn, hold, left)
+        {
+            sentinel.note_release(keys, &Arc::from(owner), id);
+        }
         Ok(match left {
             0 => Released::Released,
             n if n > 0 => Released::StillHeld { count: n as u64 },
