@@ -8,8 +8,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::Released;
+use super::{Held, LockRequest, Released};
 use crate::background::Background;
+use crate::error::Error;
 use crate::lease::{LeaseState, Lost};
 
 /// One holding: a lock node (key) of this session and the holds (guards) over it.
@@ -71,6 +72,38 @@ impl Holdings {
         let (id, lease) = make(holding.token);
         holding.holds.push((id, Arc::downgrade(&lease)));
         Some((lease, holding.holds.len() as u64))
+    }
+
+    /// The start of an attempt: while the session is `live`, a re-entry into this owner's
+    /// holding (`Ok(Some)`, with a hold made by `lease` from the holding's token). Otherwise
+    /// the session must be usable (`usable`), and when it was not heard from within its
+    /// timeout an owner that holds the lock is refused (`unheard`): its holding may be gone,
+    /// and a second node or key of this owner would queue behind it. (A holding whose
+    /// release failed, in a live session, is no reason to refuse: its node or key is deleted
+    /// again in the background, and a new one waits for that.) `Ok(None)`: a new attempt.
+    pub(crate) fn start(
+        &self,
+        live: bool,
+        usable: Result<(), Error>,
+        request: &LockRequest<'_>,
+        lease: impl FnOnce(u64) -> Arc<LeaseState>,
+        unheard: impl FnOnce() -> Error,
+    ) -> Result<Option<Held>, Error> {
+        let (name, owner) = (&request.keys.name, request.owner);
+        if live {
+            let made = |token| {
+                let lease = lease(token);
+                (lease.hold.id, lease)
+            };
+            if let Some((lease, count)) = self.reenter(name, owner, made) {
+                return Ok(Some(Held { lease, count }));
+            }
+        }
+        usable?;
+        if !live && self.holds(name, owner) {
+            return Err(unheard());
+        }
+        Ok(None)
     }
 
     /// A new holding with its first hold. One left in the map (its node was deleted, or is

@@ -78,6 +78,30 @@ pub(crate) enum Wait {
     Until(Option<(Instant, Duration)>),
 }
 
+impl Wait {
+    /// The instant a timed wait gives up at.
+    #[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
+    pub(crate) fn deadline(self) -> Option<Instant> {
+        match self {
+            Wait::Until(Some((at, _))) => Some(at),
+            _ => None,
+        }
+    }
+
+    /// What an attempt that did not get lock `name` comes to: a timeout when it waited until
+    /// a deadline, else busy.
+    #[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
+    pub(crate) fn not_acquired(self, name: &str) -> Result<Acquired, Error> {
+        match self {
+            Wait::Until(Some((_, waited))) => Err(Error::Timeout {
+                lock: name.to_owned(),
+                waited,
+            }),
+            _ => Ok(Acquired::Busy { remaining: None }),
+        }
+    }
+}
+
 /// A hold the service granted: its lease (token, deadline, lost-lock signal) and the owner's
 /// hold count right after it.
 pub(crate) struct Held {

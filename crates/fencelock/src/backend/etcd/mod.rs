@@ -275,6 +275,15 @@ impl Ends for Inner {
     }
 }
 
+/// An attempt's key in the queue: its folder, key and create revision, and the request.
+struct Queued<'a> {
+    dir: &'a str,
+    key: &'a str,
+    mine: i64,
+    request: &'a LockRequest<'a>,
+    wait: Wait,
+}
+
 impl Inner {
     /// An etcd failure as fencelock's error.
     fn fail(&self, lock: Option<&str>, fault: Fault) -> Error {
@@ -320,26 +329,15 @@ impl Inner {
         wait: Wait,
     ) -> Result<Acquired, Error> {
         let name = &request.keys.name;
-        if self.session.is_live() {
-            let made = |token| {
-                let lease = self.lease(ctx, request, token);
-                (lease.hold.id, lease)
-            };
-            if let Some((lease, count)) = self.holdings.reenter(name, request.owner, made) {
-                return Ok(Acquired::Held(Held { lease, count }));
-            }
-        }
-        self.alive(name)?;
-        if !self.session.is_live() && self.holdings.holds(name, request.owner) {
-            // Held, but no keep-alive was answered within the TTL: the lease, and this
-            // owner's holding, may be gone.
-            return Err(Error::Unavailable {
-                lock: Some(name.clone()),
-                server: self.session.server.clone(),
-                detail: "no etcd keep-alive answered within the lease TTL; the lease (and this \
-                         owner's holding) may have expired"
-                    .into(),
-            });
+        let started = self.holdings.start(
+            self.session.is_live(),
+            self.alive(name),
+            request,
+            |token| self.lease(ctx, request, token),
+            || self.unheard(name),
+        );
+        if let Some(held) = started? {
+            return Ok(Acquired::Held(held));
         }
         // An owner of this client waits here for another's holding to end; if the lease ends
         // first, that holding's slot is never freed in this lease: stop waiting then.
@@ -348,13 +346,7 @@ impl Inner {
             () = self.session.ended.cancelled() => return Err(self.fail(Some(name), Fault::Ended)),
         };
         let Some(slot) = slot else {
-            return match wait {
-                Wait::Until(Some((_, waited))) => Err(Error::Timeout {
-                    lock: name.clone(),
-                    waited,
-                }),
-                _ => Ok(Acquired::Busy { remaining: None }),
-            };
+            return wait.not_acquired(name);
         };
         let mut attempt = Attempt {
             inner: self.clone(),
@@ -366,6 +358,18 @@ impl Inner {
         };
         let outcome = self.contend(&mut attempt, request, wait).await;
         self.settle(ctx, request, wait, attempt, outcome).await
+    }
+
+    /// The refusal of an owner that holds the lock while no keep-alive was answered within
+    /// the lease TTL (see `Holdings::start`).
+    fn unheard(&self, name: &str) -> Error {
+        Error::Unavailable {
+            lock: Some(name.to_owned()),
+            server: self.session.server.clone(),
+            detail: "no etcd keep-alive answered within the lease TTL; the lease (and this \
+                     owner's holding) may have expired"
+                .into(),
+        }
     }
 
     /// What an attempt's contention came to: a holding, or its key removed and busy, a
@@ -388,13 +392,7 @@ impl Inner {
             }
             Ok(None) => {
                 attempt.undo().await;
-                match wait {
-                    Wait::Until(Some((_, waited))) => Err(Error::Timeout {
-                        lock: name.clone(),
-                        waited,
-                    }),
-                    _ => Ok(Acquired::Busy { remaining: None }),
-                }
+                wait.not_acquired(name)
             }
             Err(e) => {
                 attempt.undo().await;
@@ -412,25 +410,12 @@ impl Inner {
         wait: Wait,
     ) -> Result<Option<i64>, Error> {
         let (name, owner) = (&request.keys.name, request.owner);
-        let session = &self.session;
-        let deadline = match wait {
-            Wait::Until(Some((at, _))) => Some(at),
-            _ => None,
-        };
-        // A waiter outlives a failed request (a leader election, a paused member): its key
-        // stays while the lease does.
-        let transient = |f: &Fault| {
-            matches!(wait, Wait::Until(_))
-                && f.transient()
-                && !session.ended.is_cancelled()
-                && deadline.is_none_or(|at| tokio::time::Instant::now() < at)
-        };
         let fail = |f| self.fail(Some(name), f);
         let dir = recipe::dir(&self.prefix, name);
         let created = loop {
-            match recipe::create(session, &dir, &attempt.key, owner).await {
+            match recipe::create(&self.session, &dir, &attempt.key, owner).await {
                 Ok(created) => break created,
-                Err(f) if transient(&f) => tokio::time::sleep(RETRY).await,
+                Err(f) if self.retries(wait, &f) => tokio::time::sleep(RETRY).await,
                 Err(f) => return Err(fail(f)),
             }
         };
@@ -440,11 +425,38 @@ impl Inner {
             return Ok(Some(mine));
         }
         self.foreign(owner, &created.holder)?;
-        let mut before = match (wait, created.before) {
+        let before = match (wait, created.before) {
             (Wait::No, _) => return Ok(None),
             (_, Some(before)) => before,
             (_, None) => return Err(fail(Fault::Malformed("a holder but no key before ours"))),
         };
+        let queued = Queued {
+            dir: &dir,
+            key: &attempt.key,
+            mine,
+            request,
+            wait,
+        };
+        self.wait_turn(&queued, before).await
+    }
+
+    /// Whether a failed request is tried again: a waiter outlives a failed request (a leader
+    /// election, a paused member) while its lease and its deadline do; its key stays.
+    fn retries(&self, wait: Wait, fault: &Fault) -> bool {
+        matches!(wait, Wait::Until(_))
+            && fault.transient()
+            && !self.session.ended.is_cancelled()
+            && wait
+                .deadline()
+                .is_none_or(|at| tokio::time::Instant::now() < at)
+    }
+
+    /// Waits, behind the key `before`, for the queued key to be the lowest: its create
+    /// revision then, or `None` past the deadline.
+    async fn wait_turn(&self, q: &Queued<'_>, mut before: Entry) -> Result<Option<i64>, Error> {
+        let (name, owner) = (&q.request.keys.name, q.request.owner);
+        let (session, deadline) = (&self.session, q.wait.deadline());
+        let fail = |f| self.fail(Some(name), f);
         loop {
             // Even when the key before ours was the holder (the only key below ours), ours is
             // read again before it counts as the holder: the lease may have been revoked
@@ -453,11 +465,11 @@ impl Inner {
             match recipe::wait_for(session, &before, deadline).await {
                 Ok(Wake::Gone | Wake::Again) => {}
                 Ok(Wake::Deadline) => return Ok(None),
-                Err(f) if transient(&f) => tokio::time::sleep(RETRY).await,
+                Err(f) if self.retries(q.wait, &f) => tokio::time::sleep(RETRY).await,
                 Err(f) => return Err(fail(f)),
             }
-            match recipe::place(session, &dir, &attempt.key, mine).await {
-                Ok(Some(Place::Holder)) => return Ok(Some(mine)),
+            match recipe::place(session, q.dir, q.key, q.mine).await {
+                Ok(Some(Place::Holder)) => return Ok(Some(q.mine)),
                 Ok(Some(Place::Behind {
                     holder,
                     before: next,
@@ -467,7 +479,7 @@ impl Inner {
                     before = next;
                 }
                 Ok(None) => return Err(self.vanished(name)),
-                Err(f) if transient(&f) => tokio::time::sleep(RETRY).await,
+                Err(f) if self.retries(q.wait, &f) => tokio::time::sleep(RETRY).await,
                 Err(f) => return Err(fail(f)),
             }
         }

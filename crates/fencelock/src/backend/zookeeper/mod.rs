@@ -360,28 +360,15 @@ impl Inner {
         wait: Wait,
     ) -> Result<Acquired, Error> {
         let name = &request.keys.name;
-        if self.session.is_live() {
-            let made = |token| {
-                let lease = self.lease(ctx, request, token);
-                (lease.hold.id, lease)
-            };
-            if let Some((lease, count)) = self.holdings.reenter(name, request.owner, made) {
-                return Ok(Acquired::Held(Held { lease, count }));
-            }
-        }
-        self.alive(name)?;
-        if !self.session.is_live() && self.holdings.holds(name, request.owner) {
-            // Held, but the server has not been heard from for the session timeout: the
-            // holding may be gone, and a second node of this owner would queue behind it.
-            // (A holding whose release failed, in a live session, is no reason to refuse:
-            // its node is deleted again in the background, and a new node waits for that.)
-            return Err(Error::Unavailable {
-                lock: Some(name.clone()),
-                server: self.session.server.clone(),
-                detail: "not heard from ZooKeeper within the session timeout; the session \
-                         (and this owner's holding) may have expired"
-                    .into(),
-            });
+        let started = self.holdings.start(
+            self.session.is_live(),
+            self.alive(name),
+            request,
+            |token| self.lease(ctx, request, token),
+            || self.unheard(name),
+        );
+        if let Some(held) = started? {
+            return Ok(Acquired::Held(held));
         }
         let mut attempt = Attempt {
             session: self.session.clone(),
@@ -391,29 +378,31 @@ impl Inner {
             node: None,
             armed: true,
         };
-        let deadline = match wait {
-            Wait::Until(Some((at, _))) => Some(at),
-            _ => None,
-        };
-        match self.contend(&mut attempt, request, wait, deadline).await {
+        match self.contend(&mut attempt, request, wait).await {
             Ok(Some((node, queue))) => {
                 attempt.armed = false;
                 Ok(Acquired::Held(self.held(ctx, request, node, queue)?))
             }
             Ok(None) => {
                 attempt.undo().await;
-                match wait {
-                    Wait::Until(Some((_, waited))) => Err(Error::Timeout {
-                        lock: name.clone(),
-                        waited,
-                    }),
-                    _ => Ok(Acquired::Busy { remaining: None }),
-                }
+                wait.not_acquired(name)
             }
             Err(e) => {
                 attempt.undo().await;
                 Err(e)
             }
+        }
+    }
+
+    /// The refusal of an owner that holds the lock while the server has not been heard from
+    /// for the session timeout (see `Holdings::start`).
+    fn unheard(&self, name: &str) -> Error {
+        Error::Unavailable {
+            lock: Some(name.to_owned()),
+            server: self.session.server.clone(),
+            detail: "not heard from ZooKeeper within the session timeout; the session (and \
+                     this owner's holding) may have expired"
+                .into(),
         }
     }
 
@@ -425,7 +414,6 @@ impl Inner {
         attempt: &mut Attempt,
         request: &LockRequest<'_>,
         wait: Wait,
-        deadline: Option<Instant>,
     ) -> Result<Option<(Node, zk::OneshotWatcher)>, Error> {
         let name = &request.keys.name;
         let fail = |e| self.fail(Some(name), e);
@@ -441,7 +429,7 @@ impl Inner {
             // as this owner, and the check (one read) is skipped.
             checked: !request.explicit_owner,
             wait,
-            deadline,
+            deadline: wait.deadline(),
         };
         loop {
             let listing = match listed.take() {
