@@ -58,7 +58,11 @@ pub fn plan(faults: &[Fault], backend: Backend, external: bool) -> (Vec<Fault>, 
     let mut skipped = Vec::new();
     for &fault in faults {
         let reason = if !backend.faults().contains(&fault) {
-            Some(format!("does not apply to --backend {backend:?}").to_lowercase())
+            let name = format!("{backend:?}").to_lowercase();
+            Some(format!(
+                "does not apply to --backend {name}: {}",
+                why_not(fault, backend)
+            ))
         } else if external && !fault.client_side() {
             Some("needs throwaway servers: with --url only client faults run".to_owned())
         } else if matches!(fault, Fault::Partition | Fault::Netem) {
@@ -81,6 +85,26 @@ pub fn plan(faults: &[Fault], backend: Backend, external: bool) -> (Vec<Fault>, 
         }
     }
     (run, skipped)
+}
+
+/// Why `fault` is not among `backend`'s faults.
+fn why_not(fault: Fault, backend: Backend) -> &'static str {
+    use Backend::*;
+    let consensus = matches!(backend, Zookeeper | Etcd);
+    match fault {
+        Fault::SessionExpiry => "a ZooKeeper session's end (etcd's is lease-expiry; a Redis lease running out is pause)",
+        Fault::LeaseExpiry => "an etcd lease's end (ZooKeeper's is session-expiry; a Redis lease running out is pause)",
+        Fault::LeaderKill => "ZooKeeper and etcd elect a leader; Redis deployments have none (Sentinel and Cluster failovers are faults of their own)",
+        Fault::MinorityKill | Fault::MinoritySlow => "RedLock only: the other deployments do not ask several independent servers",
+        Fault::SentinelFailover => "Redis Sentinel only",
+        Fault::ClusterFailover | Fault::SlotMigration => "Redis Cluster only",
+        Fault::ScriptFlush | Fault::RedisClientPause if consensus => "a Redis command; this deployment runs no Redis",
+        Fault::ServerRestart | Fault::ServerRestartAof if consensus => "ZooKeeper and etcd keep their data on disk, so a restarted member comes back with every lock; losing a member is leader-kill",
+        Fault::ServerRestartAof if backend == Redlock => "RedLock's servers restart without persistence (server-restart): a server that keeps its data is the single-server case",
+        Fault::ServerRestart | Fault::ServerRestartAof | Fault::ServerPause => "on Sentinel or Cluster, a master stopped or restarted is failed over: sentinel-failover and cluster-failover are that fault, with its outcome checked",
+        Fault::RedisClientPause => "not built for Redis Cluster: CLIENT PAUSE acts on one node, and the lock's slot may move",
+        _ => "not built for this deployment",
+    }
 }
 
 /// Why `partition` and `netem` do not run on `backend`'s throwaway servers, if they do not
@@ -582,6 +606,31 @@ mod tests {
             "{a:?}"
         );
         assert!(a.windows(2).all(|w| w[0].at_ms < w[1].at_ms));
+    }
+
+    #[test]
+    fn every_fault_a_backend_lacks_says_why() {
+        use clap::ValueEnum;
+        let backends = [
+            Backend::Redis,
+            Backend::Redlock,
+            Backend::Sentinel,
+            Backend::Cluster,
+            Backend::Zookeeper,
+            Backend::Etcd,
+        ];
+        for backend in backends {
+            for &fault in Fault::value_variants() {
+                if backend.faults().contains(&fault) {
+                    continue;
+                }
+                let why = why_not(fault, backend);
+                assert_ne!(
+                    why, "not built for this deployment",
+                    "{fault:?} on {backend:?}"
+                );
+            }
+        }
     }
 
     #[test]
