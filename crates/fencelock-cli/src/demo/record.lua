@@ -3,9 +3,18 @@
 -- KEYS[1]: value, KEYS[2]: highest token, KEYS[3]: accepted tokens (list),
 -- KEYS[4]: stale writes rejected, KEYS[5]: violations
 -- ARGV[1]: token, ARGV[2]: the value the writer read, ARGV[3]: the new value
-local token = tonumber(ARGV[1])
-local highest = tonumber(redis.call('GET', KEYS[2]) or '0')
-if token < highest then
+-- Tokens are decimal text compared exactly (Lua numbers are doubles, exact only below 2^53;
+-- a u64 token is written without leading zeros): the shorter is smaller, else the first
+-- differing digit decides.
+local function less(a, b)
+  if #a ~= #b then
+    return #a < #b
+  end
+  return a < b
+end
+local token = ARGV[1]
+local highest = redis.call('GET', KEYS[2]) or '0'
+if less(token, highest) then
   redis.call('INCR', KEYS[4])
   return 'stale'
 end
