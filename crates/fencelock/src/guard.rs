@@ -171,7 +171,8 @@ impl Drop for Guard {
 /// reached the server, or not a majority of them).
 fn in_doubt(result: &Result<Released>) -> bool {
     match result {
-        Err(crate::Error::Unavailable { .. }) => true,
+        // Refused (e.g. a password changed since, met by a reconnection): the hold stays.
+        Err(crate::Error::Unavailable { .. } | crate::Error::Denied { .. }) => true,
         #[cfg(feature = "redis")]
         Err(crate::Error::Quorum { .. }) => true,
         _ => false,

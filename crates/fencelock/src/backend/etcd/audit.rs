@@ -54,7 +54,9 @@ impl Inner {
         let Some(at) = reply.header().map(|h| h.revision()) else {
             return;
         };
-        if reply.ttl() <= 0 {
+        // -1: expired (or never granted). 0 is a live lease with under a second left: etcd
+        // rounds the remaining TTL down.
+        if reply.ttl() < 0 {
             return self.session.end("the lease's TTL read as expired");
         }
         let keys: HashSet<&[u8]> = reply.keys().iter().map(Vec::as_slice).collect();

@@ -62,8 +62,11 @@ impl Fault {
             Fault::Timeout => true,
             Fault::Etcd(etcd::Error::TransportError(_) | etcd::Error::IoError(_)) => true,
             // gRPC's CANCELLED, UNKNOWN, DEADLINE_EXCEEDED and UNAVAILABLE (etcd's "no
-            // leader", "leader changed", a member shutting down, a broken connection).
-            Fault::Etcd(etcd::Error::GRpcStatus(s)) => matches!(s.code() as i32, 1 | 2 | 4 | 14),
+            // leader", "leader changed", a member shutting down, a broken connection), and
+            // UNAUTHENTICATED (an auth token that expired: the client fetches a new one).
+            Fault::Etcd(etcd::Error::GRpcStatus(s)) => {
+                matches!(s.code() as i32, 1 | 2 | 4 | 14 | 16)
+            }
             _ => false,
         }
     }
@@ -77,16 +80,13 @@ pub(crate) fn denied(e: &etcd::Error) -> bool {
         return false;
     };
     match s.code() as i32 {
-        // PERMISSION_DENIED, UNAUTHENTICATED.
-        7 | 16 => true,
-        // INVALID_ARGUMENT carries etcd's authentication errors.
-        3 => [
-            "authentication failed",
-            "user name is empty",
-            "invalid auth token",
-        ]
-        .iter()
-        .any(|m| s.message().contains(m)),
+        // PERMISSION_DENIED. (UNAUTHENTICATED is a token that expired or that a restarted
+        // member forgot: the client asks for a new one and tries again.)
+        7 => true,
+        // INVALID_ARGUMENT carries etcd's refusal of the credentials themselves.
+        3 => ["authentication failed", "user name is empty"]
+            .iter()
+            .any(|m| s.message().contains(m)),
         _ => false,
     }
 }
@@ -367,10 +367,15 @@ fn connect_options(target: &EtcdTarget, options: &ClientOptions) -> etcd::Connec
         .with_require_leader(true);
     let password = options.password.as_ref().map(|p| p.0.clone());
     match &target.user {
-        Some((user, from_url)) => connect.with_user(
-            user.clone(),
-            password.or_else(|| from_url.clone()).unwrap_or_default(),
-        ),
+        // Auth tokens expire (simple tokens when idle, JWTs after their TTL) and a restarted
+        // member forgets them: the client fetches a new one when a request is refused with
+        // UNAUTHENTICATED, and sends the request again.
+        Some((user, from_url)) => connect
+            .with_user(
+                user.clone(),
+                password.or_else(|| from_url.clone()).unwrap_or_default(),
+            )
+            .with_auto_token_refresh(true),
         None => connect,
     }
 }

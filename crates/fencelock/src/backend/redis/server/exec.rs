@@ -370,6 +370,13 @@ impl RedisBackend {
 /// Whether the server refused the credentials (a wrong password or user, also when a
 /// reconnection authenticates) or the user's ACL does not allow a command or key.
 pub(crate) fn denied(e: &RedisError) -> bool {
+    const REFUSALS: [&str; 3] = ["NOAUTH", "WRONGPASS", "NOPERM"];
+    if matches!(e.code(), Some(code) if REFUSALS.contains(&code)) {
+        return true;
+    }
+    // redis-rs reports any error reply to AUTH (on RESP2) as AuthenticationFailed, "max
+    // number of clients reached" too: only the server's refusal of the password counts.
+    let text = e.to_string();
     e.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+        && (REFUSALS.iter().any(|c| text.contains(c)) || text.contains("invalid password"))
 }
