@@ -81,21 +81,6 @@ impl Abandoned {
         }
     }
 
-    /// Moves every entry of `other` here (an entry beyond a lock's cap drops the oldest).
-    pub(crate) fn absorb(&self, other: &Abandoned) {
-        let moved = std::mem::take(&mut *other.map());
-        if moved.is_empty() {
-            return;
-        }
-        let mut map = self.map();
-        for (name, given) in moved {
-            let ids = map.entry(name).or_default();
-            ids.extend(given);
-            let over = ids.len().saturating_sub(MAX_PER_LOCK);
-            ids.drain(..over);
-        }
-    }
-
     /// How many attempts and holds are not known to be given back (and have not expired).
     pub(crate) fn len(&self) -> usize {
         self.map().values().map(Vec::len).sum()

@@ -9,7 +9,7 @@
 //! client switches before its next request, and its waiters are woken to retry there.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use redis::aio::ConnectionManager;
 use redis::{ConnectionInfo, PushInfo, PushKind, RedisError, Value};
@@ -18,9 +18,10 @@ use super::conn::{manager_config, resp3};
 use super::engine::ReleaseSink;
 use crate::options::ClientOptions;
 
-/// The `+switch-master` messages heard for one master name.
+/// The `+switch-master` messages heard for one master name, and the last address announced.
 pub(crate) struct Announcements {
     count: Arc<AtomicU64>,
+    address: Arc<Mutex<Option<(String, u16)>>>,
     /// One subscriber connection per sentinel that answered (kept alive here; each is
     /// connected and subscribed again by redis-rs after a loss).
     _listeners: Vec<ConnectionManager>,
@@ -37,9 +38,15 @@ impl Announcements {
         sink: Weak<dyn ReleaseSink>,
     ) -> Self {
         let count = Arc::new(AtomicU64::new(0));
+        let address = Arc::new(Mutex::new(None));
         let mut listeners = Vec::new();
         for info in sentinels {
-            let handler = on_message(master.to_owned(), count.clone(), sink.clone());
+            let heard = Heard {
+                master: master.to_owned(),
+                count: count.clone(),
+                address: address.clone(),
+            };
+            let handler = on_message(heard, sink.clone());
             let config = manager_config(options)
                 .set_push_sender(handler)
                 .set_automatic_resubscription();
@@ -57,6 +64,7 @@ impl Announcements {
         }
         Self {
             count,
+            address,
             _listeners: listeners,
         }
     }
@@ -65,14 +73,28 @@ impl Announcements {
     pub(crate) fn count(&self) -> u64 {
         self.count.load(Ordering::SeqCst)
     }
+
+    /// The address of the master announced last, if any.
+    pub(crate) fn address(&self) -> Option<(String, u16)> {
+        self.address
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// Where a listener records what it heard.
+struct Heard {
+    master: String,
+    count: Arc<AtomicU64>,
+    address: Arc<Mutex<Option<(String, u16)>>>,
 }
 
 /// Counts `+switch-master <name> <old ip> <old port> <new ip> <new port>` for `master`, and
 /// wakes every waiter: a waiter subscribed on the old master would not hear releases on the
 /// new one, so it retries, and its retry switches first.
 fn on_message(
-    master: String,
-    count: Arc<AtomicU64>,
+    heard: Heard,
     sink: Weak<dyn ReleaseSink>,
 ) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync + 'static {
     move |push: PushInfo| {
@@ -83,11 +105,19 @@ fn on_message(
             return Ok(());
         }
         let text = String::from_utf8_lossy(text);
-        if text.split(' ').next() != Some(master.as_str()) {
+        let words: Vec<&str> = text.split(' ').collect();
+        let [name, _, _, host, port] = words[..] else {
+            return Ok(());
+        };
+        if name != heard.master {
             return Ok(());
         }
         tracing::warn!(announced = %text, "the sentinels announced a new master");
-        count.fetch_add(1, Ordering::SeqCst);
+        if let Ok(port) = port.parse::<u16>() {
+            let mut address = heard.address.lock().unwrap_or_else(|e| e.into_inner());
+            *address = Some((host.to_owned(), port));
+        }
+        heard.count.fetch_add(1, Ordering::SeqCst);
         if let Some(sink) = sink.upgrade() {
             sink.disconnected();
         }

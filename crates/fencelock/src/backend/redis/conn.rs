@@ -23,9 +23,8 @@ use redis::{AsyncConnectionConfig, ConnectionInfo, PushInfo, PushKind, RedisErro
 
 use super::announce::Announcements;
 use super::engine::ReleaseSink;
+use super::released::ReleasedHolds;
 use super::url::server_name;
-use crate::abandoned::Abandoned;
-use crate::name::LockKeys;
 use crate::options::ClientOptions;
 
 /// A node's subscriber connection as its push handler sees it (weakly: the node owns it).
@@ -159,6 +158,13 @@ pub(crate) struct Node {
     pub(crate) spare: Spare<MultiplexedConnection>,
 }
 
+impl Node {
+    /// What the node's connections were made from (address, credentials, database).
+    pub(crate) fn connection_info(&self) -> ConnectionInfo {
+        self.client.get_connection_info().clone()
+    }
+}
+
 /// What the connections of a `Node` are built from.
 struct NodeSetup {
     cmd: (redis::Client, ConnectionManagerConfig),
@@ -275,15 +281,10 @@ pub(crate) struct SentinelConn {
     /// was resolved after: a manual failover leaves the old master writable for seconds.
     announced: Announcements,
     seen: AtomicU64,
-    /// Holds released by id on the current master, kept for the longest lease taken through
-    /// this client (`longest_ms`): a release that had not replicated when the master was
-    /// replaced leaves the hold on the new one, and the owner's next acquire would re-enter
-    /// it. At a switch they become `stale`: the owner's next attempt on the lock gives them
-    /// back first, as it does attempts given up (a second give-back of a released hold does
-    /// nothing).
-    released: Abandoned,
-    stale: Abandoned,
-    longest_ms: AtomicU64,
+    /// Releases a failover may have lost (see `released`).
+    pub(crate) released: ReleasedHolds,
+    /// How many times the client switched masters.
+    switches: AtomicU64,
 }
 
 impl SentinelConn {
@@ -319,31 +320,15 @@ impl SentinelConn {
             name: format!("{master} via sentinels {}", names.join(",")),
             announced,
             seen,
-            released: Abandoned::default(),
-            stale: Abandoned::default(),
-            longest_ms: AtomicU64::new(0),
+            released: ReleasedHolds::default(),
+            switches: AtomicU64::new(0),
         })
     }
 
-    /// An acquire with this lease is under way (see `released`).
-    pub(crate) fn note_lease(&self, lease_ms: u64) {
-        self.longest_ms.fetch_max(lease_ms, Ordering::Relaxed);
-    }
-
-    /// Hold `id` of `owner` was released on the current master.
-    pub(crate) fn note_release(&self, keys: &LockKeys, owner: &Arc<str>, id: u64) {
-        let kept = Duration::from_millis(self.longest_ms.load(Ordering::Relaxed));
-        self.released.add(keys, owner, id, kept);
-    }
-
-    /// Holds of `owner` on this lock released on a master that was replaced since.
-    pub(crate) fn stale(&self, keys: &LockKeys, owner: &str) -> Vec<u64> {
-        self.stale.pending(keys, owner)
-    }
-
-    /// An acquire gave back these stale holds.
-    pub(crate) fn settle_stale(&self, keys: &LockKeys, owner: &str, ids: &[u64]) {
-        self.stale.settle(keys, owner, ids);
+    /// How many times the client switched masters (a request that spans a change of it may
+    /// have reached either master).
+    pub(crate) fn switches(&self) -> u64 {
+        self.switches.load(Ordering::SeqCst)
     }
 
     /// Whether the sentinels announced a new master since the current one was resolved.
@@ -358,6 +343,24 @@ impl SentinelConn {
     ) -> Result<Node, RedisError> {
         let master = client.async_get_client().await?;
         Node::connect(master.get_connection_info().clone(), options, sink).await
+    }
+
+    /// The master to switch to from `failed`: the one the sentinels name, or, when the first
+    /// sentinel that answers still names `failed` (one that did not lead the failover learns
+    /// of it from the others within seconds) while a new master was announced, that one.
+    async fn successor(&self, failed: &Node) -> Result<Node, RedisError> {
+        let master = {
+            let mut sentinels = self.sentinels.lock().await;
+            sentinels.async_get_client().await?
+        };
+        let mut info = master.get_connection_info().clone();
+        if server_name(&info) == failed.server {
+            if let Some((host, port)) = self.announced.address() {
+                tracing::debug!(%host, port, "the sentinel asked still names the old master");
+                info = info.set_addr(redis::ConnectionAddr::Tcp(host, port));
+            }
+        }
+        Node::connect(info, &self.options, self.sink.clone()).await
     }
 
     pub(crate) fn current(&self) -> Arc<Node> {
@@ -381,10 +384,40 @@ impl SentinelConn {
             return Ok(()); // another caller switched already
         }
         let heard = self.announced.count();
-        let node = {
-            let mut sentinels = self.sentinels.lock().await;
-            Self::resolve(&mut sentinels, &self.options, self.sink.clone()).await?
+        let node = self.successor(failed).await?;
+        self.install(node, heard).await
+    }
+
+    /// The sentinels announced a new master: move to the address announced last. (Not to the
+    /// one a sentinel names when asked: one that did not lead the failover may name the old
+    /// master for seconds, and the old master still answers as one.) Each sentinel announces
+    /// it: the first announcement moves the client, the others find it there.
+    pub(crate) async fn follow_announcement(&self) -> Result<(), RedisError> {
+        let _one = self.switching.lock().await;
+        let heard = self.announced.count();
+        if !self.announced_new() {
+            return Ok(()); // another caller followed it already
+        }
+        let Some((host, port)) = self.announced.address() else {
+            self.seen.store(heard, Ordering::SeqCst);
+            return Ok(());
         };
+        let current = self.current();
+        if current.server == format!("{host}:{port}") {
+            self.seen.store(heard, Ordering::SeqCst);
+            return Ok(());
+        }
+        let info = current
+            .connection_info()
+            .set_addr(redis::ConnectionAddr::Tcp(host, port));
+        let node = Node::connect(info, &self.options, self.sink.clone()).await?;
+        self.install(node, heard).await
+    }
+
+    /// Makes `node` the master: its release channels subscribed, the releases kept turned
+    /// stale, every waiter woken (releases may have been missed). `heard`: the announcements
+    /// counted before it was chosen.
+    async fn install(&self, node: Node, heard: u64) -> Result<(), RedisError> {
         let channels: Vec<String> = self
             .channels
             .lock()
@@ -396,10 +429,12 @@ impl SentinelConn {
         for channel in &channels {
             sub.subscribe(channel).await?;
         }
-        tracing::warn!(from = %failed.server, to = %node.server, "the sentinels named a new master");
+        let from = self.current().server.clone();
+        tracing::warn!(%from, to = %node.server, "the sentinels named a new master");
         *self.node.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(node);
         self.seen.store(heard, Ordering::SeqCst);
-        self.stale.absorb(&self.released);
+        self.released.switched();
+        self.switches.fetch_add(1, Ordering::SeqCst);
         if let Some(sink) = self.sink.upgrade() {
             sink.disconnected();
         }

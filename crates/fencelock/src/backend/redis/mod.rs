@@ -31,6 +31,7 @@ mod conn;
 mod distinct;
 mod engine;
 mod redlock;
+mod released;
 pub(crate) mod server;
 mod url;
 mod waiters;

@@ -151,17 +151,17 @@ impl RedisBackend {
         F: Fn(Arc<Node>) -> Fut,
         Fut: std::future::Future<Output = Result<T, RedisError>>,
     {
-        let mut node = master.current();
         if let Master::Sentinel(sentinel) = master {
             if sentinel.announced_new() {
                 // The sentinels named a new master; the old one may still take writes, which
                 // its conversion to a replica will throw away. Boxed, as below.
-                if let Err(e) = self.bounded(lock, Box::pin(sentinel.switch(&node))).await? {
+                let follow = Box::pin(sentinel.follow_announcement());
+                if let Err(e) = self.bounded(lock, follow).await? {
                     return Ok(Err(e));
                 }
-                node = master.current();
             }
         }
+        let node = master.current();
         let first = self.bounded(lock, request(node.clone())).await?;
         let Err(e) = &first else {
             return Ok(first);

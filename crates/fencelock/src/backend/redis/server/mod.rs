@@ -20,6 +20,7 @@ use super::url;
 use crate::redact::redact_url;
 
 mod exec;
+mod failover;
 mod scripts;
 
 use exec::{Conn, Lent, Master, Resend};
@@ -210,18 +211,18 @@ impl RedisBackend {
     ) -> Result<AcquireReply, Error> {
         let keys = &attempt.keys;
         let script = &scripts().acquire;
-        let stale = self.stale_holds(attempt);
-        let call = self.acquire_call(attempt, proposal, &stale);
+        let before = self.before_acquire(attempt).await?;
+        let call = self.acquire_call(attempt, proposal, &before.stale);
         let queued = attempt.queueing.join.is_some();
         match attempt.acks {
             None => {
                 let reply: Vec<Value> = self.run(keys, script, &call).await?;
-                self.settle_stale(attempt, &stale);
+                self.after_acquire(attempt, &before).await;
                 self.parse_acquire(keys, &reply, queued)
             }
             Some(acks) => {
                 let (reply, lent): (Vec<Value>, _) = self.run_on_lent(keys, script, &call).await?;
-                self.settle_stale(attempt, &stale);
+                self.after_acquire(attempt, &before).await;
                 let reply = self.parse_acquire(keys, &reply, queued)?;
                 if !matches!(reply, AcquireReply::Acquired { .. }) {
                     lent.give_back(self);
@@ -235,28 +236,9 @@ impl RedisBackend {
         }
     }
 
-    /// Through Sentinel: holds of this owner on this lock released on a master that was
-    /// replaced since (see `SentinelConn::stale`); the attempt gives them back first.
-    fn stale_holds(&self, attempt: &Attempt) -> Vec<u64> {
-        match &self.conn {
-            Conn::Master(Master::Sentinel(sentinel)) => {
-                sentinel.note_lease(attempt.lease_ms);
-                sentinel.stale(&attempt.keys, &attempt.owner)
-            }
-            _ => Vec::new(),
-        }
-    }
-
-    /// The acquire script ran with `stale`: those holds are given back.
-    fn settle_stale(&self, attempt: &Attempt, stale: &[u64]) {
-        if let (Conn::Master(Master::Sentinel(sentinel)), false) = (&self.conn, stale.is_empty()) {
-            sentinel.settle_stale(&attempt.keys, &attempt.owner, stale);
-        }
-    }
-
     /// The acquire script's call. Keys and trailing arguments the script does not need are
     /// left out: every one costs the server. The queue's keys are only touched when queueing
-    /// or giving attempts back (`attempt.abandoned`, and `stale`: see `stale_holds`).
+    /// or giving attempts back (`attempt.abandoned`, and `stale`: see `before_acquire`).
     fn acquire_call(&self, attempt: &Attempt, proposal: Option<u64>, stale: &[u64]) -> redis::Cmd {
         let keys = &attempt.keys;
         let queueing = attempt.queueing;
@@ -340,6 +322,22 @@ impl RedisBackend {
         hold: Option<u64>,
         message: Option<&str>,
     ) -> Result<Released, Error> {
+        let switches = self.switches();
+        let released = self.release_call(keys, owner, hold, message).await?;
+        if let (Some(id), Released::Released | Released::StillHeld { .. }) = (hold, &released) {
+            self.after_release(keys, owner, id, switches);
+        }
+        Ok(released)
+    }
+
+    /// The release script's call and its answer.
+    async fn release_call(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        hold: Option<u64>,
+        message: Option<&str>,
+    ) -> Result<Released, Error> {
         let script = &scripts().release;
         let mut call = evalsha(script, 4);
         call.arg(&keys.lock)
@@ -366,10 +364,6 @@ impl RedisBackend {
             None => Resend::Never,
         };
         let left: i64 = self.run_as(resend, keys, script, &call).await?;
-        if let (Conn::Master(Master::Sentinel(sentinel)), Some(id), 0..) = (&self.conn, hold, left)
-        {
-            sentinel.note_release(keys, &Arc::from(owner), id);
-        }
         Ok(match left {
             0 => Released::Released,
             n if n > 0 => Released::StillHeld { count: n as u64 },
@@ -413,6 +407,7 @@ impl RedisBackend {
     /// Extends a hold's lease to at least `lease_ms` while the hold is live.
     pub(crate) async fn extend(&self, hold: &LeaseState, lease_ms: u64) -> Result<Renewal, Error> {
         let keys = &hold.hold.keys;
+        self.note_lease(lease_ms);
         let call = Self::extend_call(hold, lease_ms);
         let ttl: i64 = self.run(keys, &scripts().extend, &call).await?;
         Ok(renewal(ttl))
