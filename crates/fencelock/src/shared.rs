@@ -59,7 +59,7 @@ impl Shared {
         let (background, work) = Background::new();
         let (watchdog, runner) = Watchdog::new(options.clone(), work);
         let watchdog = Arc::new(watchdog);
-        let (service, warnings) = connect_service(urls, &options, &background).await?;
+        let (service, warnings) = connect_service(urls, &options, &background, &watchdog).await?;
         let shared = Arc::new(Self {
             service,
             ctx: Ctx {
@@ -112,6 +112,7 @@ async fn connect_service(
     urls: &[&str],
     options: &ClientOptions,
     background: &Background,
+    watchdog: &Arc<Watchdog>,
 ) -> Result<(Service, Vec<String>)> {
     for (scheme, service) in [("zk://", "ZooKeeper"), ("etcd://", "etcd")] {
         if !urls.iter().any(|u| u.starts_with(scheme)) {
@@ -133,7 +134,7 @@ async fn connect_service(
             _ => connect_etcd(url, options, background).await,
         };
     }
-    connect_redis(urls, options, background).await
+    connect_redis(urls, options, background, watchdog).await
 }
 
 #[cfg(feature = "redis")]
@@ -141,6 +142,7 @@ async fn connect_redis(
     urls: &[&str],
     options: &ClientOptions,
     background: &Background,
+    watchdog: &Arc<Watchdog>,
 ) -> Result<(Service, Vec<String>)> {
     if urls.is_empty() || urls.len().is_multiple_of(2) {
         return Err(InputError::InvalidOption {
@@ -150,7 +152,8 @@ async fn connect_redis(
         .into());
     }
     // Boxed, as the seam's operations are: the connect futures nest deeply (RedLock).
-    let connecting = Box::pin(RedisFamily::connect(urls, options, background));
+    let watchdog = Arc::downgrade(watchdog);
+    let connecting = Box::pin(RedisFamily::connect(urls, options, background, watchdog));
     let (family, warnings) = connecting.await?;
     Ok((Service::Redis(family), warnings))
 }
@@ -160,6 +163,7 @@ async fn connect_redis(
     urls: &[&str],
     _options: &ClientOptions,
     _background: &Background,
+    _watchdog: &Arc<Watchdog>,
 ) -> Result<(Service, Vec<String>)> {
     let url = urls.first().copied().unwrap_or_default();
     if !urls.is_empty() && urls.iter().all(|u| u.starts_with("redis")) {

@@ -164,6 +164,29 @@ impl Watchdog {
         (origin + rounded).max(sent)
     }
 
+    /// Brings the renewal of every lease the watchdog renews forward to now: the server
+    /// behind them may have lost them (a restart, a failover), and their holders must hear
+    /// of it at once. (Fixed leases are not renewed, so they are not checked.)
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn renew_all_now(&self) {
+        let leases: Vec<Arc<LeaseState>> = {
+            let queue = self.queue();
+            queue
+                .heap
+                .iter()
+                .filter_map(|e| e.lease.upgrade())
+                .collect()
+        };
+        let now = Instant::now();
+        for lease in leases.iter().filter(|l| l.hold.renew) {
+            let mut times = lease.times();
+            if !times.in_flight && times.renew_at > now && !lease.token().is_cancelled() {
+                times.renew_at = now;
+                self.schedule(lease, &mut times);
+            }
+        }
+    }
+
     /// Queues a lease at its next event: a new lease, or one whose deadline moved (extended
     /// by hand). An entry that is already right is left alone.
     pub(crate) fn track(&self, lease: &Arc<LeaseState>) {

@@ -771,3 +771,20 @@ async fn credentials_and_acls_the_server_refuses_are_denied() {
     let admin = Client::connect(&url(":s3cret")).await.unwrap();
     assert!(!admin.status("guarded").await.unwrap().held);
 }
+
+/// A server that restarts without persistence has lost every lock. The client hears of the
+/// restart (its connections drop) and renews every lease at once, so a holder is told within
+/// moments, not at its next renewal a third of a lease (here 10 s) later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_lost_the_lock_is_heard_at_once() {
+    let mut server = server();
+    let client = client_with(&server, short_lease(30_000)).await;
+    let guard = client.lock("restarted").acquire().await.unwrap();
+    tokio::task::block_in_place(|| server.restart()).unwrap();
+    within(5.0, "lost soon after the restart", guard.lost()).await;
+    let why = guard.lost_reason().unwrap_or_default();
+    assert!(why.contains("renewal"), "{why}");
+    // Meanwhile the lock is free for others.
+    let other = client_with(&server, short_lease(30_000)).await;
+    assert!(other.lock("restarted").try_acquire().await.unwrap().is_ok());
+}

@@ -56,12 +56,20 @@ pub(crate) fn push_handler(
                     // takes requests.
                     let ping = redis::cmd("PING");
                     let back = tokio::time::timeout(bound, ping.query_async::<Value>(&mut sub));
-                    if let Ok(Err(e)) = back.await {
-                        tracing::debug!(error = %e, "the subscriber connection is not back");
-                    }
+                    let back = match back.await {
+                        Ok(Ok(_)) => true,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "the subscriber connection is not back");
+                            false
+                        }
+                        Err(_) => false,
+                    };
                     drop(sub);
                     if let Some(sink) = sink.upgrade() {
                         sink.disconnected();
+                        if back {
+                            sink.server_changed();
+                        }
                     }
                 });
                 return Ok(());
@@ -437,6 +445,7 @@ impl SentinelConn {
         self.switches.fetch_add(1, Ordering::SeqCst);
         if let Some(sink) = self.sink.upgrade() {
             sink.disconnected();
+            sink.server_changed();
         }
         Ok(())
     }

@@ -79,6 +79,10 @@ pub(crate) trait ReleaseSink: Send + Sync + 'static {
     fn released(&self, channel: &str, message: &[u8]);
     /// The subscriber connection dropped: notifications may have been missed.
     fn disconnected(&self);
+    /// The server behind the connections may not be the one that granted the locks: a
+    /// connection came back (the server may have restarted empty) or another master took
+    /// over. Holders must hear at once if their lock is gone.
+    fn server_changed(&self);
 }
 
 /// The engine behind a Redis lock service: one server (plain, Sentinel-managed or a

@@ -24,6 +24,7 @@ use crate::lease::{LeaseState, Renewal};
 use crate::name::LockKeys;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::Renewals;
+use crate::watchdog::Watchdog;
 
 mod acquire;
 mod announce;
@@ -49,8 +50,9 @@ impl RedisFamily {
         urls: &[&str],
         options: &ClientOptions,
         background: &Background,
+        watchdog: Weak<Watchdog>,
     ) -> Result<(Self, Vec<String>), Error> {
-        let waiters = Arc::new(WaitRegistry::default());
+        let waiters = Arc::new(WaitRegistry::new(watchdog));
         let sink: Weak<dyn ReleaseSink> = Arc::downgrade(&waiters) as Weak<dyn ReleaseSink>;
         let (engine, warnings) = if let [url] = urls {
             let (b, w) = RedisBackend::connect(url, options, sink).await?;

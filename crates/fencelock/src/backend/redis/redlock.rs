@@ -65,6 +65,12 @@ impl ReleaseSink for DedupSink {
             inner.disconnected();
         }
     }
+
+    fn server_changed(&self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.server_changed();
+        }
+    }
 }
 
 type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;

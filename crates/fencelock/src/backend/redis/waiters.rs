@@ -12,7 +12,7 @@
 //! server would hand over on its own): heads of different clients race for the majority.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use super::engine::{Engine, ReleaseSink};
 use crate::background::Background;
 use crate::error::Error;
+use crate::watchdog::Watchdog;
 
 /// How long a release channel stays subscribed after its last local waiter left: a lock that
 /// is contended now is likely contended again in a moment, and re-subscribing would cost two
@@ -55,9 +56,20 @@ pub(crate) struct WaitRegistry {
     channels: Mutex<HashMap<String, Queue>>,
     /// Serialises SUBSCRIBE and UNSUBSCRIBE so that they reach the server in decision order.
     subscription: tokio::sync::Mutex<()>,
+    /// The client's watchdog, asked to renew every lease at once when a connection came back
+    /// or the master changed (see `ReleaseSink::server_changed`).
+    watchdog: Weak<Watchdog>,
 }
 
 impl WaitRegistry {
+    pub(crate) fn new(watchdog: Weak<Watchdog>) -> Self {
+        Self {
+            channels: Mutex::default(),
+            subscription: tokio::sync::Mutex::default(),
+            watchdog,
+        }
+    }
+
     fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -233,6 +245,15 @@ impl ReleaseSink for WaitRegistry {
             if let Some(head) = queue.waiters.front() {
                 head.notify.notify_one();
             }
+        }
+    }
+
+    fn server_changed(&self) {
+        // The server may have restarted empty, or another master taken over without the
+        // latest grants: a holder whose lock is gone hears it now, from a renewal, rather
+        // than a third of a lease later.
+        if let Some(watchdog) = self.watchdog.upgrade() {
+            watchdog.renew_all_now();
         }
     }
 }
