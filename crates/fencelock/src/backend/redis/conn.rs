@@ -289,10 +289,8 @@ pub(crate) struct SentinelConn {
     /// was resolved after: a manual failover leaves the old master writable for seconds.
     announced: Announcements,
     seen: AtomicU64,
-    /// Releases a failover may have lost (see `released`).
+    /// Releases a failover may have lost (see `released`), and the count of switches.
     pub(crate) released: ReleasedHolds,
-    /// How many times the client switched masters.
-    switches: AtomicU64,
 }
 
 impl SentinelConn {
@@ -329,14 +327,7 @@ impl SentinelConn {
             announced,
             seen,
             released: ReleasedHolds::default(),
-            switches: AtomicU64::new(0),
         })
-    }
-
-    /// How many times the client switched masters (a request that spans a change of it may
-    /// have reached either master).
-    pub(crate) fn switches(&self) -> u64 {
-        self.switches.load(Ordering::SeqCst)
     }
 
     /// Whether the sentinels announced a new master since the current one was resolved.
@@ -362,7 +353,7 @@ impl SentinelConn {
             sentinels.async_get_client().await?
         };
         let mut info = master.get_connection_info().clone();
-        if server_name(&info) == failed.server {
+        if server_name(&info) == failed.server && self.announced_new() {
             if let Some((host, port)) = self.announced.address() {
                 tracing::debug!(%host, port, "the sentinel asked still names the old master");
                 info = info.set_addr(redis::ConnectionAddr::Tcp(host, port));
@@ -418,8 +409,17 @@ impl SentinelConn {
         let info = current
             .connection_info()
             .set_addr(redis::ConnectionAddr::Tcp(host, port));
-        let node = Node::connect(info, &self.options, self.sink.clone()).await?;
-        self.install(node, heard).await
+        match Node::connect(info, &self.options, self.sink.clone()).await {
+            Ok(node) => self.install(node, heard).await,
+            Err(e) => {
+                // Gone again, or an announcement out of order: not followed. The request goes
+                // to the current master, and READONLY or a lost connection there asks the
+                // sentinels.
+                tracing::warn!(error = %e, "cannot reach the master the sentinels announced");
+                self.seen.store(heard, Ordering::SeqCst);
+                Ok(())
+            }
+        }
     }
 
     /// Makes `node` the master: its release channels subscribed, the releases kept turned
@@ -438,11 +438,13 @@ impl SentinelConn {
             sub.subscribe(channel).await?;
         }
         let from = self.current().server.clone();
+        let node_server = node.server.clone();
         tracing::warn!(%from, to = %node.server, "the sentinels named a new master");
         *self.node.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(node);
         self.seen.store(heard, Ordering::SeqCst);
-        self.released.switched();
-        self.switches.fetch_add(1, Ordering::SeqCst);
+        if node_server != from {
+            self.released.switched();
+        }
         if let Some(sink) = self.sink.upgrade() {
             sink.disconnected();
             sink.server_changed();

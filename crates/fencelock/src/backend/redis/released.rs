@@ -29,8 +29,18 @@ struct Kept {
 /// Stale holds by lock and owner: each id, and when it stops mattering.
 type Stale = HashMap<(String, Arc<str>), Vec<(u64, Instant)>>;
 
+/// The most stale holds one attempt carries: the rest go with the owner's next attempts.
+const MAX_CARRIED: usize = 256;
+
+/// How often the stale holds are swept of expired ones.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
 #[derive(Default)]
 struct State {
+    /// How many times the client switched masters.
+    switches: u64,
+    /// When the stale holds were last swept of expired ones.
+    swept: Option<Instant>,
     /// Releases taken by the current master, oldest first.
     recent: VecDeque<Kept>,
     /// Releases taken by masters replaced since, by lock and owner.
@@ -56,10 +66,17 @@ impl ReleasedHolds {
         state.longest = state.longest.max(lease);
     }
 
-    /// Hold `id` of `owner` on `lock` was released. `replaced`: the client switched masters
-    /// while the release was under way, so the master that took it may be the old one.
-    pub(crate) fn note(&self, lock: &str, owner: &Arc<str>, id: u64, replaced: bool) {
+    /// How many times the client switched masters (see `note`).
+    pub(crate) fn switches(&self) -> u64 {
+        self.state().switches
+    }
+
+    /// Hold `id` of `owner` on `lock` was released by a request sent when the client had
+    /// switched masters `since` times. If it has switched since, the master that took the
+    /// release may be the old one: the hold is stale at once.
+    pub(crate) fn note(&self, lock: &str, owner: &Arc<str>, id: u64, since: u64) {
         let mut state = self.state();
+        let replaced = since != state.switches;
         let now = Instant::now();
         let kept = Kept {
             lock: lock.to_owned(),
@@ -84,6 +101,7 @@ impl ReleasedHolds {
     /// The client switched masters: every release kept may be missing on the new one.
     pub(crate) fn switched(&self) {
         let mut state = self.state();
+        state.switches += 1;
         let now = Instant::now();
         let recent = std::mem::take(&mut state.recent);
         for kept in recent.into_iter().filter(|k| k.until > now) {
@@ -91,22 +109,29 @@ impl ReleasedHolds {
         }
     }
 
-    /// The stale holds of `owner` on `lock`, to give back before anything else.
-    pub(crate) fn stale(&self, lock: &str, owner: &Arc<str>) -> Vec<u64> {
+    /// Up to `MAX_CARRIED` stale holds of `owner` on `lock`, to give back before anything
+    /// else, and the number of switches they reflect (read together, so that a switch after
+    /// this call shows as one).
+    pub(crate) fn stale(&self, lock: &str, owner: &Arc<str>) -> (Vec<u64>, u64) {
         let mut state = self.state();
+        let switches = state.switches;
         if state.stale.is_empty() {
-            return Vec::new();
+            return (Vec::new(), switches);
         }
         let now = Instant::now();
-        state.stale.retain(|_, ids| {
-            ids.retain(|(_, until)| *until > now);
-            !ids.is_empty()
-        });
+        if state.swept.is_none_or(|at| now >= at + SWEEP_EVERY) {
+            state.swept = Some(now);
+            state.stale.retain(|_, ids| {
+                ids.retain(|(_, until)| *until > now);
+                !ids.is_empty()
+            });
+        }
         let key = (lock.to_owned(), owner.clone());
-        state
-            .stale
-            .get(&key)
-            .map_or_else(Vec::new, |ids| ids.iter().map(|(id, _)| *id).collect())
+        let ids = state.stale.get(&key).map_or_else(Vec::new, |ids| {
+            let live = ids.iter().filter(|(_, until)| *until > now);
+            live.map(|(id, _)| *id).take(MAX_CARRIED).collect()
+        });
+        (ids, switches)
     }
 
     /// These stale holds were given back.
@@ -141,25 +166,32 @@ mod tests {
         let kept = ReleasedHolds::default();
         let owner: Arc<str> = Arc::from("o");
         kept.note_lease(Duration::from_secs(10));
-        kept.note("a", &owner, 1, false);
-        assert!(
-            kept.stale("a", &owner).is_empty(),
-            "not stale before a switch"
-        );
+        let ids = |k: &ReleasedHolds, lock| k.stale(lock, &owner).0;
+        kept.note("a", &owner, 1, 0);
+        assert!(ids(&kept, "a").is_empty(), "not stale before a switch");
         kept.switched();
-        assert_eq!(kept.stale("a", &owner), [1]);
-        assert!(kept.stale("b", &owner).is_empty());
-        assert!(kept.stale("a", &Arc::from("other")).is_empty());
-        kept.note("a", &owner, 2, true); // under way during a switch: stale at once
-        assert_eq!(kept.stale("a", &owner), [1, 2]);
+        assert_eq!(kept.stale("a", &owner), (vec![1], 1));
+        assert!(ids(&kept, "b").is_empty());
+        assert!(kept.stale("a", &Arc::from("other")).0.is_empty());
+        kept.note("a", &owner, 2, 0); // sent before the switch: stale at once
+        kept.note("a", &owner, 5, 1); // sent after it: kept for the next one
+        assert_eq!(ids(&kept, "a"), [1, 2]);
         kept.settle("a", &owner, &[1]);
-        assert_eq!(kept.stale("a", &owner), [2]);
+        assert_eq!(ids(&kept, "a"), [2]);
+        for id in 100..1000 {
+            kept.note("c", &owner, id, 0);
+        }
+        assert_eq!(
+            ids(&kept, "c").len(),
+            MAX_CARRIED,
+            "carried a few at a time"
+        );
 
         // No lease taken: a release is over at once, before or after a switch.
         let none = ReleasedHolds::default();
-        none.note("a", &owner, 3, false);
+        none.note("a", &owner, 3, 0);
         none.switched();
-        none.note("a", &owner, 4, true);
-        assert!(none.stale("a", &owner).is_empty());
+        none.note("a", &owner, 4, 0);
+        assert!(ids(&none, "a").is_empty());
     }
 }

@@ -12,10 +12,10 @@ use crate::error::Error;
 use crate::name::LockKeys;
 
 /// What an acquire attempt starts from: the stale holds it gives back first, and how many
-/// times the client had switched masters (`None`: not through Sentinel).
+/// times the client had switched masters (0 when not through Sentinel).
 pub(super) struct Before {
     pub(super) stale: Vec<u64>,
-    switches: Option<u64>,
+    switches: u64,
 }
 
 impl RedisBackend {
@@ -26,9 +26,9 @@ impl RedisBackend {
         }
     }
 
-    /// The number of switches so far, through Sentinel.
-    pub(super) fn switches(&self) -> Option<u64> {
-        self.sentinel().map(SentinelConn::switches)
+    /// The number of switches so far (0 when not through Sentinel).
+    pub(super) fn switches(&self) -> u64 {
+        self.sentinel().map_or(0, |s| s.released.switches())
     }
 
     /// Before an acquire: a master the sentinels announced is switched to first, so that
@@ -37,7 +37,7 @@ impl RedisBackend {
         let Some(sentinel) = self.sentinel() else {
             return Ok(Before {
                 stale: Vec::new(),
-                switches: None,
+                switches: 0,
             });
         };
         let keys = &attempt.keys;
@@ -47,10 +47,8 @@ impl RedisBackend {
         }
         let released = &sentinel.released;
         released.note_lease(Duration::from_millis(attempt.lease_ms));
-        Ok(Before {
-            stale: released.stale(&keys.name, &attempt.owner),
-            switches: Some(sentinel.switches()),
-        })
+        let (stale, switches) = released.stale(&keys.name, &attempt.owner);
+        Ok(Before { stale, switches })
     }
 
     /// After an acquire script ran: the stale holds it carried are given back, and so are
@@ -65,13 +63,12 @@ impl RedisBackend {
         let (keys, owner) = (&attempt.keys, &attempt.owner);
         let released = &sentinel.released;
         released.settle(&keys.name, owner, &before.stale);
-        let replaced = before.switches != Some(sentinel.switches());
         for &id in &attempt.abandoned {
-            released.note(&keys.name, owner, id, replaced);
+            released.note(&keys.name, owner, id, before.switches);
         }
-        if replaced {
-            let late: Vec<u64> = released
-                .stale(&keys.name, owner)
+        if before.switches != released.switches() {
+            let (stale, _) = released.stale(&keys.name, owner);
+            let late: Vec<u64> = stale
                 .into_iter()
                 .filter(|id| !before.stale.contains(id))
                 .collect();
@@ -95,18 +92,10 @@ impl RedisBackend {
 
     /// After a release by id that ran: kept in case a failover loses it. `switches`: the
     /// count before it was sent.
-    pub(super) fn after_release(
-        &self,
-        keys: &LockKeys,
-        owner: &str,
-        id: u64,
-        switches: Option<u64>,
-    ) {
+    pub(super) fn after_release(&self, keys: &LockKeys, owner: &str, id: u64, switches: u64) {
         if let Some(sentinel) = self.sentinel() {
-            let replaced = switches != Some(sentinel.switches());
-            sentinel
-                .released
-                .note(&keys.name, &Arc::from(owner), id, replaced);
+            let owner = Arc::from(owner);
+            sentinel.released.note(&keys.name, &owner, id, switches);
         }
     }
 
