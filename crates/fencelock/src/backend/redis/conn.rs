@@ -315,7 +315,7 @@ impl SentinelConn {
             Some(SentinelNodeConnectionInfo::default().set_redis_connection_info(node_info)),
             SentinelServerType::Master,
         )?;
-        let node = Self::resolve(&mut client, options, sink.clone()).await?;
+        let node = Node::connect(Self::named(&mut client).await?, options, sink.clone()).await?;
         Ok(Self {
             sentinels: tokio::sync::Mutex::new(client),
             node: RwLock::new(Arc::new(node)),
@@ -335,29 +335,26 @@ impl SentinelConn {
         self.announced.count() > self.seen.load(Ordering::SeqCst)
     }
 
-    async fn resolve(
-        client: &mut SentinelClient,
-        options: &ClientOptions,
-        sink: Weak<dyn ReleaseSink>,
-    ) -> Result<Node, RedisError> {
+    /// The master the sentinels name when asked (the first that answers).
+    async fn named(client: &mut SentinelClient) -> Result<ConnectionInfo, RedisError> {
         let master = client.async_get_client().await?;
-        Node::connect(master.get_connection_info().clone(), options, sink).await
+        Ok(master.get_connection_info().clone())
+    }
+
+    /// `info` moved to the address announced last, if any.
+    fn at_announced(&self, info: ConnectionInfo) -> Option<ConnectionInfo> {
+        let (host, port) = self.announced.address()?;
+        Some(info.set_addr(redis::ConnectionAddr::Tcp(host, port)))
     }
 
     /// The master to switch to from `failed`: the one the sentinels name, or, when the first
     /// sentinel that answers still names `failed` (one that did not lead the failover learns
     /// of it from the others within seconds) while a new master was announced, that one.
     async fn successor(&self, failed: &Node) -> Result<Node, RedisError> {
-        let master = {
-            let mut sentinels = self.sentinels.lock().await;
-            sentinels.async_get_client().await?
-        };
-        let mut info = master.get_connection_info().clone();
+        let mut info = Self::named(&mut *self.sentinels.lock().await).await?;
         if server_name(&info) == failed.server && self.announced_new() {
-            if let Some((host, port)) = self.announced.address() {
-                tracing::debug!(%host, port, "the sentinel asked still names the old master");
-                info = info.set_addr(redis::ConnectionAddr::Tcp(host, port));
-            }
+            tracing::debug!("the sentinel asked still names the old master");
+            info = self.at_announced(info.clone()).unwrap_or(info);
         }
         Node::connect(info, &self.options, self.sink.clone()).await
     }
@@ -397,18 +394,13 @@ impl SentinelConn {
         if !self.announced_new() {
             return Ok(()); // another caller followed it already
         }
-        let Some((host, port)) = self.announced.address() else {
+        let current = self.current();
+        let info = self.at_announced(current.connection_info());
+        let Some(info) = info.filter(|info| server_name(info) != current.server) else {
+            // Nothing to follow, or already there.
             self.seen.store(heard, Ordering::SeqCst);
             return Ok(());
         };
-        let current = self.current();
-        if current.server == format!("{host}:{port}") {
-            self.seen.store(heard, Ordering::SeqCst);
-            return Ok(());
-        }
-        let info = current
-            .connection_info()
-            .set_addr(redis::ConnectionAddr::Tcp(host, port));
         match Node::connect(info, &self.options, self.sink.clone()).await {
             Ok(node) => self.install(node, heard).await,
             Err(e) => {
