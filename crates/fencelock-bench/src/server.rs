@@ -110,9 +110,13 @@ pub fn redis_benchmark(server: &RedisServer, clients: u32, requests: u32, comman
     rps.parse().expect("a number")
 }
 
-/// fencelock's acquire script, as the library sends it (lib.lua in front).
+/// fencelock's acquire script, as the library sends it (its parts in scripts.rs's order).
 const FENCELOCK_ACQUIRE: &str = concat!(
-    include_str!("../../fencelock/src/backend/redis/server/lib.lua"),
+    include_str!("../../fencelock/src/backend/redis/server/base.lua"),
+    include_str!("../../fencelock/src/backend/redis/server/tokens.lua"),
+    include_str!("../../fencelock/src/backend/redis/server/acquire_free.lua"),
+    include_str!("../../fencelock/src/backend/redis/server/holds.lua"),
+    include_str!("../../fencelock/src/backend/redis/server/queue.lua"),
     include_str!("../../fencelock/src/backend/redis/server/acquire.lua")
 );
 

@@ -90,9 +90,13 @@ fn load_acquire(server: &RedisServer) -> String {
         .command(&[
             "SCRIPT",
             "LOAD",
-            // The script as the library sends it: the shared rules, then acquire.lua.
+            // The script as the library sends it: its parts in scripts.rs's order.
             concat!(
-                include_str!("../src/backend/redis/server/lib.lua"),
+                include_str!("../src/backend/redis/server/base.lua"),
+                include_str!("../src/backend/redis/server/tokens.lua"),
+                include_str!("../src/backend/redis/server/acquire_free.lua"),
+                include_str!("../src/backend/redis/server/holds.lua"),
+                include_str!("../src/backend/redis/server/queue.lua"),
                 include_str!("../src/backend/redis/server/acquire.lua")
             ),
         ])

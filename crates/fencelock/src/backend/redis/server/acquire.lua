@@ -1,4 +1,5 @@
--- Acquire or re-enter a lock in one round trip (after lib.lua).
+-- Acquire or re-enter a lock in one round trip (after base.lua, tokens.lua, acquire_free.lua,
+-- which read `pttl` and took a free lock in the common case, holds.lua and queue.lua).
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter (no TTL, outlives the lock),
 -- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners
 --          (owner -> 'attempt window_ms since_us lease_ms'); both given only when queueing or when
@@ -22,7 +23,6 @@ local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
   channel = ARGV[7], sharded = ARGV[8] == 'S', always = proposal ~= ''}
 local owner, attempt = ARGV[1], ARGV[3]
 local lease = tonumber(ARGV[2])
-local pttl = redis.call('PTTL', k.lock)
 local list, marked = false, false
 if pttl ~= -2 or #ARGV >= 9 then
   local fields = read('HMGET', k.lock, owner, QUEUED)

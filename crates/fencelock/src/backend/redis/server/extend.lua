@@ -1,4 +1,5 @@
--- Renew or extend a lease (after lib.lua), only while the hold is live, and never shorten it.
+-- Renew or extend a lease (after base.lua and holds.lua), only while the hold is live, and
+-- never shorten it.
 -- KEYS[1]: the lock hash
 -- ARGV[1]: owner id, ARGV[2]: lease in ms, ARGV[3]: the hold (attempt id) renewing it
 -- Returns the remaining lease in ms after the call, or -1 when that hold is gone.

@@ -1,5 +1,6 @@
 -- Raise a lock's fencing counter (and the holder's recorded token) to a token chosen across
--- servers (RedLock): after this, the token is on this server too (after lib.lua).
+-- servers (RedLock): after this, the token is on this server too (after base.lua and
+-- tokens.lua).
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter
 -- ARGV[1]: owner id, ARGV[2]: the token (decimal)
 -- Returns 1 when the counter is at least the token afterwards.

@@ -1,5 +1,6 @@
--- Give back one hold of a lock (after lib.lua); at zero, hand the lock to the first waiter in
--- the queue that still has time left, or delete it.
+-- Give back one hold of a lock (after base.lua, release_last.lua, which read `fields` and
+-- gave back a lone hold in the common case, holds.lua, tokens.lua and queue.lua); at zero,
+-- hand the lock to the first waiter in the queue that still has time left, or delete it.
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter, KEYS[3]: the wait queue,
 -- KEYS[4]: the waiting owners (see acquire.lua)
 -- ARGV[1]: owner id, ARGV[2]: release channel,
@@ -17,7 +18,6 @@ local owner, id = ARGV[1], ARGV[3]
 if not k.always then
   message = owner
 end
-local fields = read('HMGET', k.lock, owner, QUEUED)
 local list, marked = fields[1], fields[2]
 if id == '' then
   if not list then

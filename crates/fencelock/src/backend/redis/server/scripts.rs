@@ -35,26 +35,38 @@ pub(super) struct Scripts {
     pub(super) raise_fence: Lua,
 }
 
+/// A script's source: its parts (`.lua` files of this folder), in order. base.lua says why a
+/// script is cut into parts: each script defines only the functions it needs, and its common
+/// case runs before the rest are defined.
+macro_rules! lua {
+    ($($part:literal),+) => {
+        Lua::new(concat!($(include_str!(concat!($part, ".lua"))),+))
+    };
+}
+
 pub(super) fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        // The rules the scripts share (holds, tokens, handover, key checks) are written once,
-        // in lib.lua.
-        acquire: Lua::new(concat!(
-            include_str!("lib.lua"),
-            include_str!("acquire.lua")
-        )),
-        release: Lua::new(concat!(
-            include_str!("lib.lua"),
-            include_str!("release.lua")
-        )),
-        extend: Lua::new(concat!(include_str!("lib.lua"), include_str!("extend.lua"))),
-        status: Lua::new(concat!(include_str!("lib.lua"), include_str!("status.lua"))),
-        force_unlock: Lua::new(include_str!("force_unlock.lua")),
-        raise_fence: Lua::new(concat!(
-            include_str!("lib.lua"),
-            include_str!("raise_fence.lua")
-        )),
+        acquire: lua!(
+            "base",
+            "tokens",
+            "acquire_free",
+            "holds",
+            "queue",
+            "acquire"
+        ),
+        release: lua!(
+            "base",
+            "release_last",
+            "holds",
+            "tokens",
+            "queue",
+            "release"
+        ),
+        extend: lua!("base", "holds", "extend"),
+        status: lua!("base", "status"),
+        force_unlock: lua!("force_unlock"),
+        raise_fence: lua!("base", "tokens", "raise_fence"),
     })
 }
 

@@ -1,4 +1,4 @@
--- A consistent snapshot of one lock and its wait queue (after lib.lua: a key of the wrong
+-- A consistent snapshot of one lock and its wait queue (after base.lua: a key of the wrong
 -- type fails the script with an error that names it).
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter,
 -- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners

@@ -1,0 +1,119 @@
+-- The wait queue, handover and giving holds back (after base.lua, holds.lua and tokens.lua).
+
+-- How many entries the wait queue has (type-checks it and the places); 0 without queue keys.
+local function queue_length(k)
+  if not k.queue then
+    return 0
+  end
+  local n = read('LLEN', k.queue)
+  if n > 0 then
+    read('HLEN', k.waiting)
+  end
+  return n
+end
+
+-- The wait queue's length when the lock's marker `marked` says it may have entries, else 0.
+local function marked_length(k, marked)
+  if marked then
+    return queue_length(k)
+  end
+  return 0
+end
+
+-- Parses a place ('attempt window_ms since_us lease_ms'; places of earlier versions have no
+-- lease): the attempt, the window, when it was taken, and the lease to hand over, if any.
+local function parse_place(place)
+  local attempt, window, since, lease = string.match(place or '', '^(%d+) (%d+) (%d+) ?(%d*)$')
+  return attempt, window, since, tonumber(lease)
+end
+
+-- Removes `owner`'s place in the wait queue (only the place taken by attempt `id`, if given).
+-- The caller has type-checked the queue keys. Returns whether a place was removed.
+local function leave_queue(k, owner, id)
+  if not k.waiting then
+    return false
+  end
+  local place = read('HGET', k.waiting, owner)
+  if place and (id == nil or string.match(place, '^%d+') == id) then
+    redis.call('HDEL', k.waiting, owner)
+    redis.call('LREM', k.queue, 1, owner)
+    return true
+  end
+  return false
+end
+
+-- Ends a holding: hands the lock to the first place in the queue whose window has time left
+-- (publishing '=grant <attempt> <token> <elapsed_ms>'), or deletes it. The new holder gets its
+-- whole lease from now, and `elapsed_ms` (the time since its place was taken, rounded down)
+-- tells it how far its request lies behind the handover, so that its own deadline (measured
+-- from sending that request, plus elapsed_ms, plus the lease) comes first. A place of an
+-- earlier version (no lease) gets what is left of its window, and the message has no
+-- elapsed_ms. A release message (`message`) is published only when someone may be waiting
+-- for it: a waiter of this server's queue (`queued` > 0, all places past their windows), or
+-- any subscriber when the server keeps no queue for the lock (`k.always`: RedLock).
+-- `queued`: the queue's length, read (with the counter checked) before any change.
+local function end_holding(k, queued, message)
+  redis.call('DEL', k.lock)
+  local now = queued > 0 and now_us()
+  local left_in_queue = queued
+  while left_in_queue > 0 do
+    local next = redis.call('LPOP', k.queue)
+    if not next then
+      break
+    end
+    left_in_queue = left_in_queue - 1
+    local place = redis.call('HGET', k.waiting, next)
+    redis.call('HDEL', k.waiting, next)
+    local attempt, window, since, lease = parse_place(place)
+    if attempt then
+      local left = math.floor((tonumber(since) + tonumber(window) * 1000 - tonumber(now)) / 1000)
+      if left >= 2 then
+        local token = plan_token(k.fence, now)
+        redis.call('SET', k.fence, token)
+        local grant = '=grant ' .. attempt .. ' ' .. token
+        if lease then
+          left = lease
+          grant = grant .. ' ' .. math.max(math.floor((tonumber(now) - tonumber(since)) / 1000), 0)
+        end
+        if left_in_queue > 0 then
+          redis.call('HSET', k.lock, next, attempt, '=token', token, QUEUED, '1')
+        else
+          redis.call('HSET', k.lock, next, attempt, '=token', token)
+        end
+        redis.call('PEXPIRE', k.lock, left)
+        publish(k.channel, k.sharded, grant)
+        return
+      end
+    end
+  end
+  if queued > 0 or k.always then
+    publish(k.channel, k.sharded, message)
+  end
+end
+
+-- Gives back the hold `id` of `owner` (whose holds are `list`), and the place `id` took in
+-- the queue. `marked`: the lock's '=q' marker (the queue may have entries). Reads (and checks)
+-- everything it needs before its first write. Returns the holds left ('' when the holding
+-- ended), or false when `id` held nothing.
+local function give_back(k, owner, list, id, message, marked)
+  local queued = marked_length(k, marked)
+  local held = list and has(list, id)
+  if held then
+    list = without(list, id)
+    if list == '' and queued > 0 then
+      check_counter(k.fence)
+    end
+  end
+  if queued > 0 then
+    leave_queue(k, owner, id)
+  end
+  if not held then
+    return false
+  end
+  if list == '' then
+    end_holding(k, queued, message)
+  else
+    redis.call('HSET', k.lock, owner, list)
+  end
+  return list
+end
