@@ -30,6 +30,28 @@ async fn tokens_stay_exact_above_2_pow_53() {
     assert_eq!(tokens, [start + 1, start + 2, start + 3, start + 4]);
 }
 
+/// A counter written by hand with leading zeros: its value decides, not its length, on both
+/// sides of the server's clock (the scripts compare the clock and the counter as text).
+#[tokio::test]
+async fn a_counter_with_leading_zeros_counts_by_its_value() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.lock("zeros");
+    let ahead: u64 = 1 << 60; // far ahead of the clock in microseconds
+    set_counter(&server, "zeros", &format!("0000{ahead}"));
+    let guard = lock.acquire().await.unwrap();
+    assert_eq!(guard.fencing_token(), ahead + 1);
+    guard.release().await.unwrap();
+    // Behind the clock, however long it is written: the clock decides.
+    set_counter(&server, "zeros", &format!("{:0>17}", 42));
+    let guard = lock.acquire().await.unwrap();
+    assert!(
+        guard.fencing_token() > 1_600_000_000_000_000,
+        "a clock-based token"
+    );
+    guard.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn tokens_reach_2_pow_64_minus_1_and_then_refuse_leaving_nothing() {
     let server = server();

@@ -41,6 +41,12 @@ local function plan_token(counter, floor)
   if not string.match(last, '^%d+$') then
     error({err = 'FENCE ' .. counter .. ' does not hold a fencing counter'})
   end
+  -- The common case: the clock is ahead of the counter, so last + 1 <= floor. (`floor` has
+  -- no leading zeros and is at most 2^64 - 1; `less` is exact for digits even when `last`
+  -- has leading zeros, which only make it longer than its value.)
+  if less(last, floor) then
+    return floor
+  end
   if string.byte(last, 1) == 48 and #last > 1 then -- leading zeros (written by hand)
     last = string.gsub(last, '^0+(%d)', '%1')
   end
