@@ -7,13 +7,15 @@
 //!     [--json target/bench-rslock.json] [--markdown docs/PERFORMANCE-rslock.md]
 //! ```
 //! `--only uncontended,distinct,contended,redlock,script_costs` runs some scenarios. `--callgrind` adds the
-//! instructions (and allocations) per uncontended pair, counted by valgrind.
+//! instructions (and allocations) per uncontended pair, counted by valgrind, in the client and
+//! in the server.
 
 mod libs;
 mod markdown;
 mod profile;
 mod scenarios;
 mod server;
+mod server_profile;
 
 use std::collections::BTreeMap;
 
@@ -123,6 +125,7 @@ fn main() {
     }
     if args.callgrind {
         report.insert("callgrind".into(), profile::measure(one));
+        report.insert("server_callgrind".into(), server_profile::measure(&runtime));
     }
     let report = Value::Object(report);
     if let Some(dir) = std::path::Path::new(&args.json).parent() {

@@ -117,6 +117,30 @@ fn callgrind(md: &mut String, r: &Value) {
     md.push('\n');
 }
 
+/// The server's instructions per pair (redis-server under callgrind).
+fn server_callgrind(md: &mut String, r: &Value) {
+    md.push_str("## Server-side cost of one uncontended pair (valgrind)\n\n");
+    md.push_str("`redis-server` runs under `valgrind --tool=callgrind`; each library makes 200 and then \
+                 1200 pairs against a fresh server, and the difference in the server's instructions \
+                 is divided by 1000: start-up, connecting and loading scripts cancel out. It counts \
+                 everything the server does for a pair: reading and parsing requests, running \
+                 scripts and the commands inside them, writing replies.\n\n");
+    md.push_str("| library | server instructions / pair | ratio to rslock |\n|---|---|---|\n");
+    let rslock = r[Variant::Rslock.name()]["server_instructions_per_pair"].as_f64();
+    for v in Variant::ALL {
+        let ins = r[v.name()]["server_instructions_per_pair"].as_f64();
+        let ratio = ins.zip(rslock).map_or(f64::NAN, |(i, base)| i / base);
+        let _ = writeln!(
+            md,
+            "| {} | {:.0} | {:.2} |",
+            v.name(),
+            ins.unwrap_or(f64::NAN),
+            ratio
+        );
+    }
+    md.push('\n');
+}
+
 /// What a script call costs the server, one call at a time.
 fn script_costs(md: &mut String, costs: &[Value]) {
     md.push_str("## Where the server's time goes: one script call at a time\n\n");
@@ -196,6 +220,9 @@ pub fn render(r: &Value) -> String {
     }
     if let Some(costs) = r["script_costs"].as_array() {
         script_costs(&mut md, costs);
+    }
+    if r["server_callgrind"].is_object() {
+        server_callgrind(&mut md, &r["server_callgrind"]);
     }
     if r["callgrind"].is_object() {
         callgrind(&mut md, &r["callgrind"]);
