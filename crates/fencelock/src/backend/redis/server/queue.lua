@@ -51,10 +51,10 @@ end
 -- elapsed_ms. A release message (`message`) is published only when someone may be waiting
 -- for it: a waiter of this server's queue (`queued` > 0, all places past their windows), or
 -- any subscriber when the server keeps no queue for the lock (`k.always`: RedLock).
--- `queued`: the queue's length, read (with the counter checked) before any change.
-local function end_holding(k, queued, message)
+-- `queued`: the queue's length; when it is not 0, `now` (the server's clock) and `token` (the
+-- next fencing token, planned from `now`): all read, and the counter checked, before any change.
+local function end_holding(k, queued, message, now, token)
   redis.call('DEL', k.lock)
-  local now = queued > 0 and now_us()
   local left_in_queue = queued
   while left_in_queue > 0 do
     local next = redis.call('LPOP', k.queue)
@@ -68,7 +68,6 @@ local function end_holding(k, queued, message)
     if attempt then
       local left = math.floor((tonumber(since) + tonumber(window) * 1000 - tonumber(now)) / 1000)
       if left >= 2 then
-        local token = plan_token(k.fence, now)
         redis.call('SET', k.fence, token)
         local grant = '=grant ' .. attempt .. ' ' .. token
         if lease then
@@ -98,10 +97,12 @@ end
 local function give_back(k, owner, list, id, message, marked)
   local queued = marked_length(k, marked)
   local held = list and has(list, id)
+  local now, token
   if held then
     list = without(list, id)
     if list == '' and queued > 0 then
-      check_counter(k.fence)
+      now = now_us()
+      token = plan_token(k.fence, now) -- for a handover
     end
   end
   if queued > 0 then
@@ -111,7 +112,7 @@ local function give_back(k, owner, list, id, message, marked)
     return false
   end
   if list == '' then
-    end_holding(k, queued, message)
+    end_holding(k, queued, message, now, token)
   else
     redis.call('HSET', k.lock, owner, list)
   end
