@@ -101,7 +101,7 @@ impl Waiter {
             ));
         };
         let window_us = window_ms.saturating_mul(1000);
-        // As release.lua counts: what is left is since + window - now (a place stamped ahead
+        // As queue.lua's end_holding counts: what is left is since + window - now (a place stamped ahead
         // of this clock, e.g. by a server whose clock went back, has more than its window).
         let remaining_us = since_us.saturating_add(window_us).saturating_sub(now_us);
         Self {

@@ -1,6 +1,6 @@
 -- The first part of every lock script: what a lock is, and the helpers even a script's
--- common case needs. The other parts (holds.lua, tokens.lua, queue.lua) follow in that order,
--- each after the parts it uses; scripts.rs lists each script's parts.
+-- common case needs. The other parts (holds.lua, tokens.lua, queue.lua) follow, each after
+-- the parts it uses (queue.lua last); scripts.rs lists each script's parts.
 --
 -- A lock is a hash. Its holder's field lists the holds it has, one attempt id per hold
 -- (space-separated, oldest first): a release, renewal or undo names the hold it belongs to,

@@ -60,8 +60,8 @@ local function plan_token(counter, floor)
   return token
 end
 
--- Fails, changing nothing, unless the counter can issue another token (read before a
--- release that may hand the lock over has changed anything).
+-- Fails, changing nothing, unless the counter can issue another token (read before an
+-- acquire gives back abandoned attempts, which may hand the lock over, or a RedLock write-back).
 local function check_counter(counter)
   plan_token(counter, '0')
 end
