@@ -59,7 +59,9 @@ impl Shared {
         let (background, work) = Background::new();
         let (watchdog, runner) = Watchdog::new(options.clone(), work);
         let watchdog = Arc::new(watchdog);
-        let (service, warnings) = connect_service(urls, &options, &background, &watchdog).await?;
+        let id = format!("{:032x}", rand::random::<u128>());
+        let (service, warnings) =
+            connect_service(urls, &options, &background, &watchdog, &id).await?;
         let shared = Arc::new(Self {
             service,
             ctx: Ctx {
@@ -68,7 +70,7 @@ impl Shared {
                 abandoned: Arc::new(Abandoned::default()),
                 options,
             },
-            id: format!("{:032x}", rand::random::<u128>()),
+            id,
             next_handle: AtomicU64::new(1),
             warnings,
             shutdown: CancellationToken::new(),
@@ -113,6 +115,7 @@ async fn connect_service(
     options: &ClientOptions,
     background: &Background,
     watchdog: &Arc<Watchdog>,
+    client_id: &str,
 ) -> Result<(Service, Vec<String>)> {
     for (scheme, service) in [("zk://", "ZooKeeper"), ("etcd://", "etcd")] {
         if !urls.iter().any(|u| u.starts_with(scheme)) {
@@ -134,7 +137,7 @@ async fn connect_service(
             _ => connect_etcd(url, options, background).await,
         };
     }
-    connect_redis(urls, options, background, watchdog).await
+    connect_redis(urls, options, background, watchdog, client_id).await
 }
 
 #[cfg(feature = "redis")]
@@ -143,6 +146,7 @@ async fn connect_redis(
     options: &ClientOptions,
     background: &Background,
     watchdog: &Arc<Watchdog>,
+    client_id: &str,
 ) -> Result<(Service, Vec<String>)> {
     if urls.is_empty() || urls.len().is_multiple_of(2) {
         return Err(InputError::InvalidOption {
@@ -153,7 +157,9 @@ async fn connect_redis(
     }
     // Boxed, as the seam's operations are: the connect futures nest deeply (RedLock).
     let watchdog = Arc::downgrade(watchdog);
-    let connecting = Box::pin(RedisFamily::connect(urls, options, background, watchdog));
+    let connecting = Box::pin(RedisFamily::connect(
+        urls, options, background, watchdog, client_id,
+    ));
     let (family, warnings) = connecting.await?;
     Ok((Service::Redis(family), warnings))
 }
@@ -164,6 +170,7 @@ async fn connect_redis(
     _options: &ClientOptions,
     _background: &Background,
     _watchdog: &Arc<Watchdog>,
+    _client_id: &str,
 ) -> Result<(Service, Vec<String>)> {
     let url = urls.first().copied().unwrap_or_default();
     if !urls.is_empty() && urls.iter().all(|u| u.starts_with("redis")) {

@@ -387,6 +387,55 @@ async fn a_release_with_a_waiter_hands_over_and_marks_the_queue() {
     assert!(!has_key(&server, "marked"));
 }
 
+/// A handover goes to the new holder's client alone, on the lock's channel followed by
+/// `:<client id>`: another client waiting for the same lock is not woken to read it (on a
+/// 2-core machine, seven clients woken per handover cost the new holder its turn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_reaches_the_new_holders_client_alone() {
+    use futures_util::StreamExt;
+    let server = server();
+    let channel = "fencelock:{aimed}:released";
+    let redis = redis::Client::open(server.url()).unwrap();
+    let mut observer = redis.get_async_pubsub().await.unwrap();
+    observer.subscribe(channel).await.unwrap();
+    observer.psubscribe(format!("{channel}:*")).await.unwrap();
+    let holder = client(&server).await;
+    let guard = holder.lock("aimed").acquire().await.unwrap();
+    let waiter = client(&server).await;
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.lock("aimed").acquire().await.unwrap();
+        (waiter, guard)
+    });
+    eventually(5.0, "the waiter's place", || places(&server, "aimed") == 1).await;
+    guard.release().await.unwrap();
+    let (waiter, taken) = within(10.0, "handed over", waiting).await.unwrap();
+    // Published after the handover, so it arrives after anything the handover published.
+    server.command(&["PUBLISH", channel, "end"]).unwrap();
+    let mut messages = Vec::new();
+    let mut stream = observer.on_message();
+    within(5.0, "the end marker", async {
+        while let Some(m) = stream.next().await {
+            let text: String = m.get_payload().unwrap();
+            if text == "end" {
+                break;
+            }
+            messages.push((m.get_channel_name().to_owned(), text));
+        }
+    })
+    .await;
+    let aimed = format!("{channel}:{}", waiter.id());
+    assert_eq!(messages.len(), 1, "one handover message: {messages:?}");
+    assert_eq!(
+        messages[0].0, aimed,
+        "on the new holder's channel: {messages:?}"
+    );
+    assert!(
+        messages[0].1.starts_with("=grant "),
+        "a grant: {messages:?}"
+    );
+    taken.release().await.unwrap();
+}
+
 /// A master with one replica in sync with it, for `min_replica_acks`.
 async fn master_with_replica() -> (RedisServer, RedisServer) {
     let master = server();

@@ -187,17 +187,17 @@ impl Engine {
         }
     }
 
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+    pub(crate) async fn subscribe(&self, channels: &[&str]) -> Result<(), Error> {
         match self {
-            Engine::One(b) => b.subscribe(channel).await,
-            Engine::RedLock(r) => r.subscribe(channel).await,
+            Engine::One(b) => b.subscribe(channels).await,
+            Engine::RedLock(r) => r.subscribe(channels).await,
         }
     }
 
-    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+    pub(crate) async fn unsubscribe(&self, channels: &[&str]) -> Result<(), Error> {
         match self {
-            Engine::One(b) => b.unsubscribe(channel).await,
-            Engine::RedLock(r) => r.unsubscribe(channel).await,
+            Engine::One(b) => b.unsubscribe(channels).await,
+            Engine::RedLock(r) => r.unsubscribe(channels).await,
         }
     }
 }

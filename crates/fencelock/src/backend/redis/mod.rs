@@ -45,14 +45,16 @@ pub(crate) struct RedisFamily {
 
 impl RedisFamily {
     /// Connects to one deployment (one URL) or to RedLock's servers (several). Returns the
-    /// service and the warnings found on connect.
+    /// service and the warnings found on connect. `client_id`: the prefix of this client's
+    /// owner ids, which names the channel its handovers arrive on (see `WaitRegistry`).
     pub(crate) async fn connect(
         urls: &[&str],
         options: &ClientOptions,
         background: &Background,
         watchdog: Weak<Watchdog>,
+        client_id: &str,
     ) -> Result<(Self, Vec<String>), Error> {
-        let waiters = Arc::new(WaitRegistry::new(watchdog));
+        let waiters = Arc::new(WaitRegistry::new(watchdog, client_id));
         let sink: Weak<dyn ReleaseSink> = Arc::downgrade(&waiters) as Weak<dyn ReleaseSink>;
         let (engine, warnings) = if let [url] = urls {
             let (b, w) = RedisBackend::connect(url, options, sink).await?;

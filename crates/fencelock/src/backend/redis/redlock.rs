@@ -655,15 +655,16 @@ impl RedLock {
 
     /// Subscribes on every server: a release on any of them wakes the waiters. Succeeds when a
     /// majority subscribed (waits are bounded by leases anyway).
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+    pub(crate) async fn subscribe(&self, channels: &[&str]) -> Result<(), Error> {
         let results =
-            futures_util::future::join_all(self.servers.iter().map(|s| s.subscribe(channel))).await;
+            futures_util::future::join_all(self.servers.iter().map(|s| s.subscribe(channels)))
+                .await;
         self.majority_ok("subscribe", results)
     }
 
-    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+    pub(crate) async fn unsubscribe(&self, channels: &[&str]) -> Result<(), Error> {
         let results =
-            futures_util::future::join_all(self.servers.iter().map(|s| s.unsubscribe(channel)))
+            futures_util::future::join_all(self.servers.iter().map(|s| s.unsubscribe(channels)))
                 .await;
         self.majority_ok("unsubscribe", results)
     }

@@ -5,6 +5,9 @@
 //! Cluster) the head's attempt also takes a place in the server's wait queue, and the release
 //! script hands the lock to the first place with a `=grant <attempt> <token>` message: only
 //! the waiter that place belongs to is woken, and it holds the lock without another command.
+//! The message goes to that waiter's client alone: each client also subscribes the lock's
+//! channel followed by `:<client id>` (the prefix of its owner ids, from which the script
+//! names it), so the other clients waiting for the lock are not woken to read it.
 //! So a contended lock costs about two commands per acquisition (the release, and the next
 //! head's attempt that takes its place) and is handed over in arrival order, across clients
 //! too. Any other message (a release with nobody queued, a forced unlock, a lost subscription)
@@ -51,23 +54,33 @@ struct Queue {
 }
 
 /// The wait queues of one client, keyed by release channel.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct WaitRegistry {
     channels: Mutex<HashMap<String, Queue>>,
     /// Serialises SUBSCRIBE and UNSUBSCRIBE so that they reach the server in decision order.
     subscription: tokio::sync::Mutex<()>,
+    /// `:<client id>`: a lock's channel followed by this, this client's channel for the
+    /// handovers to its places.
+    grants: String,
     /// The client's watchdog, asked to renew every lease at once when a connection came back
     /// or the master changed (see `ReleaseSink::server_changed`).
     watchdog: Weak<Watchdog>,
 }
 
 impl WaitRegistry {
-    pub(crate) fn new(watchdog: Weak<Watchdog>) -> Self {
+    pub(crate) fn new(watchdog: Weak<Watchdog>, client_id: &str) -> Self {
         Self {
             channels: Mutex::default(),
             subscription: tokio::sync::Mutex::default(),
+            grants: format!(":{client_id}"),
             watchdog,
         }
+    }
+
+    /// This client's channel for the handovers of the lock whose channel is `channel` (as
+    /// queue.lua's end_holding names it from the owner).
+    fn grants(&self, channel: &str) -> String {
+        format!("{channel}{}", self.grants)
     }
 
     fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
@@ -114,7 +127,7 @@ impl WaitRegistry {
         if !subscribed {
             let _order = self.subscription.lock().await;
             if !self.channels().get(channel).is_some_and(|q| q.subscribed) {
-                engine.subscribe(channel).await?;
+                engine.subscribe(&[channel, &self.grants(channel)]).await?;
                 if let Some(queue) = self.channels().get_mut(channel) {
                     queue.subscribed = true;
                 }
@@ -139,7 +152,7 @@ impl WaitRegistry {
                 _ => return,
             }
         }
-        if let Err(e) = engine.unsubscribe(channel).await {
+        if let Err(e) = engine.unsubscribe(&[channel, &self.grants(channel)]).await {
             // A stale subscription only costs an ignored message per release.
             tracing::debug!(channel, error = %e, "unsubscribe failed");
         }
@@ -214,6 +227,7 @@ fn parse_grant(message: &[u8]) -> Option<Grant> {
 
 impl ReleaseSink for WaitRegistry {
     fn released(&self, channel: &str, message: &[u8]) {
+        let channel = channel.strip_suffix(&self.grants).unwrap_or(channel);
         let channels = self.channels();
         let Some(queue) = channels.get(channel) else {
             return;

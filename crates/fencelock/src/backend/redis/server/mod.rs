@@ -537,20 +537,22 @@ impl RedisBackend {
             .collect())
     }
 
-    /// Subscribes the subscriber connection to a release channel; returns once the server
-    /// confirmed, so a release published afterwards cannot be missed.
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), Error> {
+    /// Subscribes the subscriber connection to a lock's channels (one command); returns once
+    /// the server confirmed, so a release published afterwards cannot be missed.
+    pub(crate) async fn subscribe(&self, channels: &[&str]) -> Result<(), Error> {
         let result = match &self.conn {
             Conn::Cluster(cluster) => {
-                self.bounded(None, cluster.sub.clone().ssubscribe(channel))
+                self.bounded(None, cluster.sub.clone().ssubscribe(channels))
                     .await?
             }
             Conn::Master(master) => {
                 if let Master::Sentinel(sentinel) = master {
-                    sentinel.track(channel, true);
+                    for channel in channels {
+                        sentinel.track(channel, true);
+                    }
                 }
                 self.on_master(master, None, Resend::Safe, |node| async move {
-                    node.sub.clone().subscribe(channel).await
+                    node.sub.clone().subscribe(channels).await
                 })
                 .await?
             }
@@ -558,19 +560,21 @@ impl RedisBackend {
         result.map_err(|e| self.error(None, e))
     }
 
-    /// Unsubscribes from a release channel.
-    pub(crate) async fn unsubscribe(&self, channel: &str) -> Result<(), Error> {
+    /// Unsubscribes from a lock's channels.
+    pub(crate) async fn unsubscribe(&self, channels: &[&str]) -> Result<(), Error> {
         let result = match &self.conn {
             Conn::Cluster(cluster) => {
-                self.bounded(None, cluster.sub.clone().sunsubscribe(channel))
+                self.bounded(None, cluster.sub.clone().sunsubscribe(channels))
                     .await?
             }
             Conn::Master(master) => {
                 if let Master::Sentinel(sentinel) = master {
-                    sentinel.track(channel, false);
+                    for channel in channels {
+                        sentinel.track(channel, false);
+                    }
                 }
                 self.on_master(master, None, Resend::Safe, |node| async move {
-                    node.sub.clone().unsubscribe(channel).await
+                    node.sub.clone().unsubscribe(channels).await
                 })
                 .await?
             }

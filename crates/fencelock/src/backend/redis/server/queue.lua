@@ -43,7 +43,7 @@ local function leave_queue(k, owner, id)
 end
 
 -- Ends a holding: hands the lock to the first place in the queue whose window has time left
--- (publishing '=grant <attempt> <token> <elapsed_ms>'), or deletes it. The new holder gets its
+-- (publishing '=grant <attempt> <token> <elapsed_ms>' to its client), or deletes it. The new holder gets its
 -- whole lease from now, and `elapsed_ms` (the time since its place was taken, rounded down)
 -- tells it how far its request lies behind the handover, so that its own deadline (measured
 -- from sending that request, plus elapsed_ms, plus the lease) comes first. A place of an
@@ -80,7 +80,10 @@ local function end_holding(k, queued, message, now, token)
           redis.call('HSET', k.lock, next, attempt, '=token', token)
         end
         redis.call('PEXPIRE', k.lock, left)
-        publish(k.channel, k.sharded, grant)
+        -- To the new holder's client alone: its owner id is '<client id>:<handle>', and it
+        -- listens on the lock's channel followed by ':<client id>'.
+        local client = string.match(next, '^(.+):%d+$')
+        publish((client and (k.channel .. ':' .. client)) or k.channel, k.sharded, grant)
         return
       end
     end
