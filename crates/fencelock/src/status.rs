@@ -60,8 +60,8 @@ pub struct Waiter {
     /// least it hands over), or the place is unreadable.
     pub expired: bool,
     /// `Some` when the queue names this owner but its place cannot be used: the server has
-    /// none for it (`"no place recorded"`), or it is not in the `attempt window_ms since_us [lease_ms]`
-    /// format (the description quotes it). Nothing else writes these keys, so this means they
+    /// none for it (`"no place recorded"`), or it is not in the
+    /// `attempt window_ms since_us [lease_ms [client]]` format (the description quotes it). Nothing else writes these keys, so this means they
     /// were changed by hand or by another program.
     pub unreadable: Option<String>,
 }
@@ -82,14 +82,21 @@ impl Waiter {
         let Some(place) = place else {
             return unreadable("no place recorded".to_owned());
         };
-        // The format the release script reads: '^(%d+) (%d+) (%d+) ?(%d*)$' (the lease to hand
-        // over last; places of earlier versions have none).
+        // The format the release script reads (queue.lua's parse_place): 'attempt window_ms
+        // since_us [lease_ms [client]]' (the lease to hand over, and the client id whose channel
+        // hears the handover; places of earlier versions have neither, or no client).
         let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
         let number = |s: &str| digits(s).then(|| s.parse::<u64>().ok()).flatten();
         let mut parts = place.split(' ');
         let parsed = match (parts.next(), parts.next(), parts.next(), parts.next()) {
             (Some(attempt), Some(window), Some(since), lease)
-                if digits(attempt) && lease.is_none_or(digits) && parts.next().is_none() =>
+                if digits(attempt)
+                    && lease.is_none_or(digits)
+                    && parts
+                        .next()
+                        .is_none_or(|client| lease.is_some() && hex(client))
+                    && parts.next().is_none() =>
             {
                 number(window).zip(number(since))
             }
@@ -97,7 +104,7 @@ impl Waiter {
         };
         let Some((window_ms, since_us)) = parsed else {
             return unreadable(format!(
-                "place {place:?} is not \"attempt window_ms since_us [lease_ms]\""
+                "place {place:?} is not \"attempt window_ms since_us [lease_ms [client]]\""
             ));
         };
         let window_us = window_ms.saturating_mul(1000);

@@ -96,6 +96,9 @@ impl Ask<'_> {
             valid_until: self.ctx.watchdog.deadline(sent, self.lease),
             acks: self.acks,
             queueing,
+            listener: queueing
+                .join
+                .map(|_| self.family.waiters.client_id().clone()),
             abandoned,
         };
         let reply = self.family.engine.acquire(&attempt).await;

@@ -63,6 +63,9 @@ pub(crate) struct Attempt {
     pub(crate) valid_until: tokio::time::Instant,
     pub(crate) acks: Option<ReplicaAcks>,
     pub(crate) queueing: Queueing,
+    /// The client id whose channel (the lock's, followed by `:<client id>`) hears the
+    /// handover to the place this attempt takes, when it takes one.
+    pub(crate) listener: Option<Arc<str>>,
     /// Earlier attempts of this owner on this lock that were given up (a lost reply, a dropped
     /// future) and not yet undone: their holds and places are given back first, so that none
     /// counts as a re-entry of this attempt.
@@ -187,14 +190,14 @@ impl Engine {
         }
     }
 
-    pub(crate) async fn subscribe(&self, channels: &[&str]) -> Result<(), Error> {
+    pub(crate) async fn subscribe(&self, channels: &[String]) -> Result<(), Error> {
         match self {
             Engine::One(b) => b.subscribe(channels).await,
             Engine::RedLock(r) => r.subscribe(channels).await,
         }
     }
 
-    pub(crate) async fn unsubscribe(&self, channels: &[&str]) -> Result<(), Error> {
+    pub(crate) async fn unsubscribe(&self, channels: &[String]) -> Result<(), Error> {
         match self {
             Engine::One(b) => b.unsubscribe(channels).await,
             Engine::RedLock(r) => r.unsubscribe(channels).await,

@@ -568,6 +568,7 @@ impl RedLock {
                     valid_until: Instant::now(),
                     acks: None,
                     queueing: Queueing::default(),
+                    listener: None,
                     abandoned: Vec::new(),
                 };
                 let _ = server.acquire(&attempt, Some(hold.token)).await;
@@ -655,14 +656,14 @@ impl RedLock {
 
     /// Subscribes on every server: a release on any of them wakes the waiters. Succeeds when a
     /// majority subscribed (waits are bounded by leases anyway).
-    pub(crate) async fn subscribe(&self, channels: &[&str]) -> Result<(), Error> {
+    pub(crate) async fn subscribe(&self, channels: &[String]) -> Result<(), Error> {
         let results =
             futures_util::future::join_all(self.servers.iter().map(|s| s.subscribe(channels)))
                 .await;
         self.majority_ok("subscribe", results)
     }
 
-    pub(crate) async fn unsubscribe(&self, channels: &[&str]) -> Result<(), Error> {
+    pub(crate) async fn unsubscribe(&self, channels: &[String]) -> Result<(), Error> {
         let results =
             futures_util::future::join_all(self.servers.iter().map(|s| s.unsubscribe(channels)))
                 .await;

@@ -6,8 +6,8 @@
 //! script hands the lock to the first place with a `=grant <attempt> <token>` message: only
 //! the waiter that place belongs to is woken, and it holds the lock without another command.
 //! The message goes to that waiter's client alone: each client also subscribes the lock's
-//! channel followed by `:<client id>` (the prefix of its owner ids, from which the script
-//! names it), so the other clients waiting for the lock are not woken to read it.
+//! channel followed by `:<client id>`, and the place records that id, so the other clients
+//! waiting for the lock are not woken to read it.
 //! So a contended lock costs about two commands per acquisition (the release, and the next
 //! head's attempt that takes its place) and is handed over in arrival order, across clients
 //! too. Any other message (a release with nobody queued, a forced unlock, a lost subscription)
@@ -59,8 +59,10 @@ pub(crate) struct WaitRegistry {
     channels: Mutex<HashMap<String, Queue>>,
     /// Serialises SUBSCRIBE and UNSUBSCRIBE so that they reach the server in decision order.
     subscription: tokio::sync::Mutex<()>,
-    /// `:<client id>`: a lock's channel followed by this, this client's channel for the
-    /// handovers to its places.
+    /// The prefix of this client's owner ids: a lock's channel followed by `:<client id>` is
+    /// this client's channel for the handovers to its places (which name the client id).
+    client_id: Arc<str>,
+    /// `:<client id>`.
     grants: String,
     /// The client's watchdog, asked to renew every lease at once when a connection came back
     /// or the master changed (see `ReleaseSink::server_changed`).
@@ -72,15 +74,26 @@ impl WaitRegistry {
         Self {
             channels: Mutex::default(),
             subscription: tokio::sync::Mutex::default(),
+            client_id: client_id.into(),
             grants: format!(":{client_id}"),
             watchdog,
         }
     }
 
-    /// This client's channel for the handovers of the lock whose channel is `channel` (as
-    /// queue.lua's end_holding names it from the owner).
-    fn grants(&self, channel: &str) -> String {
-        format!("{channel}{}", self.grants)
+    /// The client id that the places of this client's attempts name.
+    pub(crate) fn client_id(&self) -> &Arc<str> {
+        &self.client_id
+    }
+
+    /// The channels a waiter for the lock whose channel is `channel` listens on: that one,
+    /// and where the server keeps a queue, this client's channel for the handovers to its
+    /// places (as queue.lua's end_holding names it from the place).
+    fn channels_of(&self, engine: &Engine, channel: &str) -> Vec<String> {
+        let mut channels = vec![channel.to_owned()];
+        if engine.queues() {
+            channels.push(format!("{channel}{}", self.grants));
+        }
+        channels
     }
 
     fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
@@ -127,7 +140,7 @@ impl WaitRegistry {
         if !subscribed {
             let _order = self.subscription.lock().await;
             if !self.channels().get(channel).is_some_and(|q| q.subscribed) {
-                engine.subscribe(&[channel, &self.grants(channel)]).await?;
+                engine.subscribe(&self.channels_of(engine, channel)).await?;
                 if let Some(queue) = self.channels().get_mut(channel) {
                     queue.subscribed = true;
                 }
@@ -152,7 +165,8 @@ impl WaitRegistry {
                 _ => return,
             }
         }
-        if let Err(e) = engine.unsubscribe(&[channel, &self.grants(channel)]).await {
+        let channels = self.channels_of(engine, channel);
+        if let Err(e) = engine.unsubscribe(&channels).await {
             // A stale subscription only costs an ignored message per release.
             tracing::debug!(channel, error = %e, "unsubscribe failed");
         }

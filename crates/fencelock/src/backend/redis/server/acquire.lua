@@ -2,8 +2,8 @@
 -- which read `pttl` and took a free lock in the common case, holds.lua and queue.lua).
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter (no TTL, outlives the lock),
 -- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners
---          (owner -> 'attempt window_ms since_us lease_ms'); both given only when queueing or when
---          giving attempts back
+--          (owner -> 'attempt window_ms since_us lease_ms [client]'); both given only when
+--          queueing or when giving attempts back
 -- ARGV[1]: owner id, ARGV[2]: lease in ms, ARGV[3]: attempt id (this hold's id),
 -- ARGV[4]: '' to base a new token on this server's clock, or a token proposed by the client
 --          (RedLock: every server of a majority should issue the same token)
@@ -13,7 +13,10 @@
 -- ARGV[6]: the attempt id of the caller's place in the queue, or '': a handover to it that the
 --          caller did not hear of (lost message) becomes this attempt's hold
 -- ARGV[7]: the release channel, ARGV[8]: 'S' to publish with SPUBLISH
--- ARGV[9...]: attempts of this owner that were given up (a lost reply, a dropped future): their
+-- ARGV[9]: the caller's client id, or '': a handover to the place it takes is published on
+--          the release channel followed by ':<client id>', which only that client hears
+--          (without one, on the release channel)
+-- ARGV[10...]: attempts of this owner that were given up (a lost reply, a dropped future): their
 --          holds and places are given back first, so that none counts as a re-entry of this one
 -- Returns {1, hold count, token} when acquired, {0, remaining lease in ms} when held by another.
 -- Sent again with the same attempt id, it changes nothing and gives the same answer.
@@ -24,16 +27,16 @@ local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
 local owner, attempt = ARGV[1], ARGV[3]
 local lease = tonumber(ARGV[2])
 local list, marked = false, false
-if pttl ~= -2 or #ARGV >= 9 then
+if pttl ~= -2 or #ARGV >= 10 then
   local fields = read('HMGET', k.lock, owner, QUEUED)
   list, marked = fields[1], fields[2]
 end
-if #ARGV >= 9 then
+if #ARGV >= 10 then
   -- Attempts this owner gave up go first; a holding they end may be handed over, and this
   -- attempt may then take a fresh token: the counter must be able to issue both. They may
   -- be places in the queue: look at the queue whatever the marker says.
   check_counter(k.fence)
-  for i = 9, #ARGV do
+  for i = 10, #ARGV do
     list = give_back(k, owner, list, ARGV[i], owner .. '#' .. ARGV[i], true) or list
     if list == '' then
       list = redis.call('HGET', k.lock, owner) -- ended: the lock may have been handed over
@@ -73,7 +76,11 @@ if pttl ~= -2 then
     -- The place counts from now: it is handed the lock only within its window, and the
     -- handover says how long after now it came, which the caller adds to when it sent this
     -- request.
-    redis.call('HSET', k.waiting, owner, attempt .. ' ' .. ARGV[5] .. ' ' .. now_us() .. ' ' .. ARGV[2])
+    local place = attempt .. ' ' .. ARGV[5] .. ' ' .. now_us() .. ' ' .. ARGV[2]
+    if (ARGV[9] or '') ~= '' then
+      place = place .. ' ' .. ARGV[9]
+    end
+    redis.call('HSET', k.waiting, owner, place)
     for _, key in ipairs({k.queue, k.waiting}) do
       if redis.call('PTTL', key) < window then
         redis.call('PEXPIRE', key, window)

@@ -263,6 +263,7 @@ impl RedisBackend {
                 .arg(queueing.claim.map(|c| c.to_string()).unwrap_or_default())
                 .arg(&keys.channel)
                 .arg(self.publish_mode())
+                .arg(attempt.listener.as_deref().unwrap_or(""))
                 .arg(&attempt.abandoned[..])
                 .arg(stale);
         }
@@ -539,7 +540,7 @@ impl RedisBackend {
 
     /// Subscribes the subscriber connection to a lock's channels (one command); returns once
     /// the server confirmed, so a release published afterwards cannot be missed.
-    pub(crate) async fn subscribe(&self, channels: &[&str]) -> Result<(), Error> {
+    pub(crate) async fn subscribe(&self, channels: &[String]) -> Result<(), Error> {
         let result = match &self.conn {
             Conn::Cluster(cluster) => {
                 self.bounded(None, cluster.sub.clone().ssubscribe(channels))
@@ -561,7 +562,7 @@ impl RedisBackend {
     }
 
     /// Unsubscribes from a lock's channels.
-    pub(crate) async fn unsubscribe(&self, channels: &[&str]) -> Result<(), Error> {
+    pub(crate) async fn unsubscribe(&self, channels: &[String]) -> Result<(), Error> {
         let result = match &self.conn {
             Conn::Cluster(cluster) => {
                 self.bounded(None, cluster.sub.clone().sunsubscribe(channels))

@@ -20,11 +20,16 @@ local function marked_length(k, marked)
   return 0
 end
 
--- Parses a place ('attempt window_ms since_us lease_ms'; places of earlier versions have no
--- lease): the attempt, the window, when it was taken, and the lease to hand over, if any.
+-- Parses a place ('attempt window_ms since_us lease_ms [client]'; places of earlier versions
+-- have no lease, or no client): the attempt, the window, when it was taken, the lease to hand
+-- over and the client id whose channel hears the handover, if any.
 local function parse_place(place)
-  local attempt, window, since, lease = string.match(place or '', '^(%d+) (%d+) (%d+) ?(%d*)$')
-  return attempt, window, since, tonumber(lease)
+  local attempt, window, since, lease, client =
+    string.match(place or '', '^(%d+) (%d+) (%d+) (%d+) (%x+)$')
+  if not attempt then
+    attempt, window, since, lease = string.match(place or '', '^(%d+) (%d+) (%d+) ?(%d*)$')
+  end
+  return attempt, window, since, tonumber(lease), client
 end
 
 -- Removes `owner`'s place in the wait queue (only the place taken by attempt `id`, if given).
@@ -64,7 +69,7 @@ local function end_holding(k, queued, message, now, token)
     left_in_queue = left_in_queue - 1
     local place = redis.call('HGET', k.waiting, next)
     redis.call('HDEL', k.waiting, next)
-    local attempt, window, since, lease = parse_place(place)
+    local attempt, window, since, lease, client = parse_place(place)
     if attempt then
       local left = math.floor((tonumber(since) + tonumber(window) * 1000 - tonumber(now)) / 1000)
       if left >= 2 then
@@ -80,9 +85,8 @@ local function end_holding(k, queued, message, now, token)
           redis.call('HSET', k.lock, next, attempt, '=token', token)
         end
         redis.call('PEXPIRE', k.lock, left)
-        -- To the new holder's client alone: its owner id is '<client id>:<handle>', and it
-        -- listens on the lock's channel followed by ':<client id>'.
-        local client = string.match(next, '^(.+):%d+$')
+        -- To the new holder's client alone, when its place names it (it listens on the lock's
+        -- channel followed by ':<client id>').
         publish((client and (k.channel .. ':' .. client)) or k.channel, k.sharded, grant)
         return
       end
