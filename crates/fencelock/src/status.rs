@@ -61,8 +61,9 @@ pub struct Waiter {
     pub expired: bool,
     /// `Some` when the queue names this owner but its place cannot be used: the server has
     /// none for it (`"no place recorded"`), or it is not in the
-    /// `attempt window_ms since_us [lease_ms [client]]` format (the description quotes it). Nothing else writes these keys, so this means they
-    /// were changed by hand or by another program.
+    /// `attempt window_ms since_us [lease_ms [client]]` format (the description quotes it).
+    /// Nothing else writes these keys, so this means they were changed by hand or by another
+    /// program.
     pub unreadable: Option<String>,
 }
 
@@ -108,8 +109,9 @@ impl Waiter {
             ));
         };
         let window_us = window_ms.saturating_mul(1000);
-        // As queue.lua's end_holding counts: what is left is since + window - now (a place stamped ahead
-        // of this clock, e.g. by a server whose clock went back, has more than its window).
+        // As queue.lua's end_holding counts: what is left is since + window - now (a place
+        // stamped ahead of this clock, e.g. by a server whose clock went back, has more than its
+        // window).
         let remaining_us = since_us.saturating_add(window_us).saturating_sub(now_us);
         Self {
             owner,

@@ -425,9 +425,9 @@ impl SentinelConn {
             .iter()
             .cloned()
             .collect();
-        let mut sub = node.sub.clone();
-        for channel in &channels {
-            sub.subscribe(channel).await?;
+        if !channels.is_empty() {
+            // One command for all (SUBSCRIBE takes any channels; this is not a Cluster).
+            node.sub.clone().subscribe(&channels).await?;
         }
         let from = self.current().server.clone();
         let node_server = node.server.clone();

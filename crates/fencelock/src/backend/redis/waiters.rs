@@ -62,8 +62,6 @@ pub(crate) struct WaitRegistry {
     /// The prefix of this client's owner ids: a lock's channel followed by `:<client id>` is
     /// this client's channel for the handovers to its places (which name the client id).
     client_id: Arc<str>,
-    /// `:<client id>`.
-    grants: String,
     /// The client's watchdog, asked to renew every lease at once when a connection came back
     /// or the master changed (see `ReleaseSink::server_changed`).
     watchdog: Weak<Watchdog>,
@@ -75,7 +73,6 @@ impl WaitRegistry {
             channels: Mutex::default(),
             subscription: tokio::sync::Mutex::default(),
             client_id: client_id.into(),
-            grants: format!(":{client_id}"),
             watchdog,
         }
     }
@@ -91,7 +88,7 @@ impl WaitRegistry {
     fn channels_of(&self, engine: &Engine, channel: &str) -> Vec<String> {
         let mut channels = vec![channel.to_owned()];
         if engine.queues() {
-            channels.push(format!("{channel}{}", self.grants));
+            channels.push(format!("{channel}:{}", self.client_id));
         }
         channels
     }
@@ -241,7 +238,11 @@ fn parse_grant(message: &[u8]) -> Option<Grant> {
 
 impl ReleaseSink for WaitRegistry {
     fn released(&self, channel: &str, message: &[u8]) {
-        let channel = channel.strip_suffix(&self.grants).unwrap_or(channel);
+        // A handover on this client's channel for the lock: the lock's channel is its prefix.
+        let channel = channel
+            .strip_suffix(&*self.client_id)
+            .and_then(|c| c.strip_suffix(':'))
+            .unwrap_or(channel);
         let channels = self.channels();
         let Some(queue) = channels.get(channel) else {
             return;
