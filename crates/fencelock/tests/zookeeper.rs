@@ -1326,3 +1326,200 @@ async fn a_base_path_the_acl_closes_is_denied() {
     })
     .await;
 }
+
+// The uncontended fast path: a lock this client last held alone is taken again without
+// listing the queue, when its node's number follows its last one and the folder's watch saw
+// nothing else (see `backend/zookeeper/quiet.rs`).
+
+/// The requests the server received since `before` (a reading of `mntr`, which counts
+/// pings and the session probe too, and each reading itself), this reading left out.
+fn requests_since(server: &ZooKeeperServer, before: u64) -> u64 {
+    received(server) - before - 1
+}
+
+/// `mntr`'s count of requests received.
+fn received(server: &ZooKeeperServer) -> u64 {
+    let mntr = server.four_letter("mntr").expect("mntr");
+    mntr.lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("zk_packets_received in mntr")
+}
+
+/// A raw client's ephemeral lock node in `/fencelock/{name}`, named as Curator names them:
+/// the lock is held by it while it is the lowest.
+async fn raw_node(zk: &zookeeper_client::Client, name: &str) -> String {
+    let mode = zookeeper_client::CreateMode::EphemeralSequential
+        .with_acls(zookeeper_client::Acls::anyone_all());
+    let prefix = format!("/fencelock/{name}/_c_00000000-0000-0000-0000-000000000000-lock-");
+    let (_, seq) = zk.create(&prefix, b"raw", &mode).await.expect("raw node");
+    format!("{prefix}{seq}")
+}
+
+/// A lock taken and released again and again by one client costs two requests per pair
+/// (create, delete) once it has been held alone; tokens still increase, and the lock is
+/// really held (another client is refused) on the fast path too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_held_alone_is_taken_again_with_two_requests() {
+    let zk = server();
+    within(60.0, "fast path", async {
+        let (a, b) = (client(&zk, 10_000).await, client(&zk, 10_000).await);
+        let lock = a.lock("calm");
+        let mut last = 0;
+        for _ in 0..2 {
+            let g = lock.acquire().await.unwrap();
+            last = g.fencing_token();
+            g.release().await.unwrap();
+        }
+        let before = received(&zk);
+        for _ in 0..20 {
+            let g = lock.acquire().await.unwrap();
+            assert!(g.fencing_token() > last);
+            last = g.fencing_token();
+            g.release().await.unwrap();
+        }
+        let per_pair = requests_since(&zk, before) as f64 / 20.0;
+        // A ping or the session probe may fall in the loop.
+        assert!(per_pair <= 2.05, "{per_pair} requests per pair");
+        let g = lock.acquire().await.unwrap();
+        assert!(b.lock("calm").try_acquire().await.unwrap().is_err());
+        assert_eq!(
+            b.status("calm").await.unwrap().fencing_token,
+            Some(g.fencing_token())
+        );
+        g.release().await.unwrap();
+        assert!(children(&zk, "calm").await.is_empty());
+    })
+    .await;
+}
+
+/// Nodes other clients made between two pairs send the next attempt back to the queue: a
+/// node that holds the lock, and one made and deleted (the numbers no longer follow).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn other_nodes_between_pairs_end_the_fast_path() {
+    let zk = server();
+    within(60.0, "others", async {
+        let (a, b) = (client(&zk, 10_000).await, client(&zk, 10_000).await);
+        let raw = zookeeper_client::Client::connect(&zk.connect_string())
+            .await
+            .unwrap();
+        let lock = a.lock("others");
+        for _ in 0..2 {
+            lock.acquire().await.unwrap().release().await.unwrap();
+        }
+        let held = b.lock("others").acquire().await.unwrap();
+        assert!(lock.try_acquire().await.unwrap().is_err(), "two holders");
+        let token = held.fencing_token();
+        held.release().await.unwrap();
+        for _ in 0..2 {
+            lock.acquire().await.unwrap().release().await.unwrap();
+        }
+        let node = raw_node(&raw, "others").await;
+        assert!(
+            lock.try_acquire().await.unwrap().is_err(),
+            "held by a raw node"
+        );
+        raw.delete(&node, None).await.unwrap();
+        let g = lock.acquire().await.unwrap();
+        assert!(g.fencing_token() > token);
+        g.release().await.unwrap();
+    })
+    .await;
+}
+
+/// The folder deleted and made again between two pairs, with as many nodes created in it as
+/// make the next number follow the last one, the lowest still held by another session: the
+/// attempt waits for it (the folder's watch saw the delete), never holding it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_folder_made_again_is_not_taken_for_calm() {
+    let zk = server();
+    within(60.0, "folder made again", async {
+        let a = client(&zk, 10_000).await;
+        let raw = zookeeper_client::Client::connect(&zk.connect_string())
+            .await
+            .unwrap();
+        let lock = a.lock("again");
+        for _ in 0..3 {
+            lock.acquire().await.unwrap().release().await.unwrap();
+        }
+        // ZooKeeper numbers a child by the creates in its folder: the next is `creates`.
+        let dir = "/fencelock/again";
+        let (_, stat) = raw.get_children(dir).await.unwrap();
+        let creates = (stat.cversion + stat.num_children) / 2;
+        raw.delete(dir, None).await.unwrap();
+        let persistent = zookeeper_client::CreateMode::Persistent
+            .with_acls(zookeeper_client::Acls::anyone_all());
+        raw.create(dir, &[], &persistent).await.unwrap();
+        let holder = raw_node(&raw, "again").await;
+        for _ in 1..creates {
+            let extra = raw_node(&raw, "again").await;
+            raw.delete(&extra, None).await.unwrap();
+        }
+        let waiter = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.acquire().await }
+        });
+        let mine = loop {
+            let listed = children(&zk, "again").await;
+            if let Some(mine) = listed.iter().find(|c| !c.starts_with("_c_00000000")) {
+                break mine.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            mine.ends_with(&format!("{creates:010}")),
+            "{mine} is not number {creates}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished(), "took a lock another session holds");
+        raw.delete(&holder, None).await.unwrap();
+        let g = within(5.0, "the waiter takes over", waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        g.release().await.unwrap();
+    })
+    .await;
+}
+
+/// A holding taken on the fast path is told when its node is deleted (a forced unlock), as
+/// one taken after a listing is; so is one whose folder watch ended because another owner of
+/// the same client queued behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forced_unlock_of_a_holding_taken_on_the_fast_path_fires_lost() {
+    let zk = server();
+    within(60.0, "forced", async {
+        // A 30 s session: its probe (every quarter) stays out of the one-request count.
+        let (a, b) = (client(&zk, 30_000).await, client(&zk, 10_000).await);
+        let lock = a.lock("forced");
+        for _ in 0..2 {
+            lock.acquire().await.unwrap().release().await.unwrap();
+        }
+        let before = received(&zk);
+        let g = lock.acquire().await.unwrap();
+        assert_eq!(requests_since(&zk, before), 1, "not taken on the fast path");
+        assert_eq!(b.force_unlock("forced").await.unwrap().len(), 1);
+        within(5.0, "lost() on the fast path", g.lost()).await;
+        drop(g);
+
+        for _ in 0..2 {
+            lock.acquire().await.unwrap().release().await.unwrap();
+        }
+        let g = lock.acquire().await.unwrap();
+        let other = tokio::spawn({
+            let lock = a.lock("forced").with_owner("second");
+            async move { lock.acquire().await }
+        });
+        while children(&zk, "forced").await.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(b.force_unlock("forced").await.unwrap().len(), 1);
+        within(5.0, "lost() after another owner queued", g.lost()).await;
+        let next = within(5.0, "the other owner takes over", other)
+            .await
+            .unwrap()
+            .unwrap();
+        next.release().await.unwrap();
+    })
+    .await;
+}

@@ -6,6 +6,8 @@
 //!   the server was last heard from, probes, the lost-lock signal on expiry.
 //! - `recipe`: the nodes (protected creation by GUID, the queue order, waiting on the node
 //!   just before one's own, undo).
+//! - `quiet`: the uncontended fast path: folders whose last holding by this client was alone,
+//!   and the watch proving nobody touched them since (an acquire then skips the listing).
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with etcd).
 //!
 //! The fencing token is the lock node's creation zxid (`czxid`): ZooKeeper's transaction ids
@@ -19,6 +21,7 @@ use tokio::time::Instant;
 
 use zookeeper_client as zk;
 
+use self::quiet::{Holder, Quiet, Slot, Taken};
 use self::recipe::{Node, Place};
 use self::session::Session;
 use super::current::{Current, Ends};
@@ -32,6 +35,7 @@ use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::Renewals;
 
 mod ops;
+mod quiet;
 mod recipe;
 mod session;
 mod url;
@@ -55,6 +59,8 @@ struct Inner {
     /// The client's background task: deletes that must go on after a failed release.
     background: Background,
     base: String,
+    /// Lock folders this client last held alone (the fast path).
+    quiet: Arc<Quiet>,
 }
 
 impl ZooKeeper {
@@ -284,6 +290,7 @@ impl Ends for Inner {
             holdings: Holdings::default(),
             background: background.clone(),
             base: target.base.clone(),
+            quiet: Arc::default(),
         };
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let made = inner
@@ -339,6 +346,13 @@ impl Inner {
         }
     }
 
+    /// Lists the lock's queue with a watch, once the folder's persistent watch is gone (see
+    /// `Quiet::end`).
+    async fn list(&self, dir: &str) -> Result<recipe::Listing, zk::Error> {
+        self.quiet.end(dir);
+        recipe::list(&self.session, dir).await
+    }
+
     /// Before a new attempt: the session must still be usable.
     fn alive(&self, lock: &str) -> Result<(), Error> {
         if self.session.ended.is_cancelled() {
@@ -379,9 +393,9 @@ impl Inner {
             armed: true,
         };
         match self.contend(&mut attempt, request, wait).await {
-            Ok(Some((node, queue))) => {
+            Ok(Some((node, signal))) => {
                 attempt.armed = false;
-                Ok(Acquired::Held(self.held(ctx, request, node, queue)?))
+                Ok(Acquired::Held(self.held(ctx, request, node, signal)?))
             }
             Ok(None) => {
                 attempt.undo().await;
@@ -407,21 +421,32 @@ impl Inner {
     }
 
     /// Creates the attempt's node and waits for its turn: the node once it is the lowest (with
-    /// the watch on the queue of the listing that showed it), or `None` when busy (no waiting)
-    /// or past the deadline.
+    /// what tells the holding of the queue's next change), or `None` when busy (no waiting)
+    /// or past the deadline. On a folder this client last held alone, and still calm, the
+    /// create goes without the listing (see `quiet`).
     async fn contend(
         &self,
         attempt: &mut Attempt,
         request: &LockRequest<'_>,
         wait: Wait,
-    ) -> Result<Option<(Node, zk::OneshotWatcher)>, Error> {
+    ) -> Result<Option<(Node, Signal)>, Error> {
         let name = &request.keys.name;
         let fail = |e| self.fail(Some(name), e);
         let (session, dir) = (&self.session, &attempt.dir);
-        let (node, mut listed) = recipe::create(session, dir, &attempt.guid, request.owner)
+        let taken = self.quiet.take(dir);
+        if taken.is_none() {
+            self.quiet.end(dir);
+        }
+        let list = taken.is_none();
+        let (node, mut listed) = recipe::create(session, dir, &attempt.guid, request.owner, list)
             .await
             .map_err(fail)?;
         attempt.node = Some(node.path.clone());
+        if let Some(taken) = taken {
+            if taken.check(node.seq) {
+                return Ok(Some((node, Signal::Fast(taken))));
+            }
+        }
         let mut queued = Queued {
             name,
             owner: request.owner,
@@ -434,7 +459,7 @@ impl Inner {
         loop {
             let listing = match listed.take() {
                 Some(listing) => listing,
-                None => match recipe::list(session, dir).await {
+                None => match self.list(dir).await {
                     Err(e) if queued.transient(session, &e) => {
                         tokio::time::sleep(RETRY).await;
                         continue;
@@ -443,7 +468,11 @@ impl Inner {
                 },
             };
             let (holder, before) = match recipe::place(&listing, dir, &node) {
-                Some(Place::Holder) => return Ok(Some((node, listing.watcher))),
+                Some(Place::Holder) => {
+                    let alone = listing.children.len() == 1;
+                    let watcher = listing.watcher;
+                    return Ok(Some((node, Signal::Queue { watcher, alone })));
+                }
                 Some(Place::Behind { holder, before }) => (holder, before),
                 None => {
                     return Err(Error::Unavailable {
@@ -563,7 +592,7 @@ impl Inner {
         ctx: &Ctx,
         request: &LockRequest<'_>,
         node: Node,
-        queue: zk::OneshotWatcher,
+        signal: Signal,
     ) -> Result<Held, Error> {
         let name = &request.keys.name;
         let token = u64::try_from(node.czxid).map_err(|_| Error::Protocol {
@@ -574,12 +603,20 @@ impl Inner {
         let lease = self.lease(ctx, request, token);
         self.holdings
             .insert(name, request.owner, node.path.clone(), &lease);
-        let holding = Watch {
+        let holder = Holder {
             name: name.clone(),
             owner: request.owner.clone(),
             path: node.path,
         };
-        ctx.background.linger(self.clone().watch(holding, queue));
+        match signal {
+            Signal::Fast(taken) => taken.hold(holder),
+            Signal::Queue { watcher, alone } => {
+                if alone {
+                    self.quiet.candidate(&holder.path);
+                }
+                ctx.background.linger(self.clone().watch(holder, watcher));
+            }
+        }
         Ok(Held { lease, count: 1 })
     }
 
@@ -588,26 +625,66 @@ impl Inner {
     /// that watch fires at the queue's next change, which is the holding's own delete when
     /// nobody queued meanwhile (the uncontended case). Only when the queue changed while the
     /// lock is still held does it read its own node with a watch, once.
-    async fn watch(self: Arc<Self>, holding: Watch, queue: zk::OneshotWatcher) {
-        let Watch { name, owner, path } = holding;
+    async fn watch(self: Arc<Self>, holder: Holder, queue: zk::OneshotWatcher) {
         let event = queue.changed().await;
-        if event.event_type == zk::EventType::Session || !self.holdings.live(&name, &owner, &path) {
+        if event.event_type != zk::EventType::Session {
+            self.recheck(&holder).await;
+        }
+    }
+
+    /// The queue changed while `holder` may still hold the lock: reads its node with a watch
+    /// (again after a connection loss, while the session lives) and fires its lost signals
+    /// when the node is gone.
+    async fn recheck(&self, holder: &Holder) {
+        let Holder { name, owner, path } = holder;
+        loop {
+            if !self.holdings.live(name, owner, path) {
+                return;
+            }
+            let gone = match self.session.call(|zk| zk.get_and_watch_data(path)).await {
+                Ok((_, _, watcher)) => {
+                    watcher.changed().await.event_type == zk::EventType::NodeDeleted
+                }
+                Err(zk::Error::NoNode) => true,
+                Err(e) if recipe::connection_lost(&e) && !self.session.ended.is_cancelled() => {
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+                Err(_) => false,
+            };
+            if gone {
+                self.quiet.forget(path);
+                self.holdings.vanished(name, owner, path);
+            }
             return;
         }
-        let gone = match self.session.call(|zk| zk.get_and_watch_data(&path)).await {
-            Ok((_, _, watcher)) => watcher.changed().await.event_type == zk::EventType::NodeDeleted,
-            Err(zk::Error::NoNode) => true,
-            Err(_) => false,
-        };
-        if gone {
-            self.holdings.vanished(&name, &owner, &path);
-        }
+    }
+
+    /// Runs the task of a calm folder's slot (see `quiet`): it ends the slot at the watch's
+    /// first event, and a holding taken on the fast path that held the lock then reads its
+    /// own node instead. It holds the session weakly: a calm folder does not keep it open.
+    fn watch_folder(self: &Arc<Self>, dir: String, slot: Arc<Slot>) {
+        let inner = Arc::downgrade(self);
+        self.background.linger(async move {
+            let orphan = std::future::poll_fn(|cx| slot.poll_end(cx)).await;
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            inner.quiet.remove(&dir, &slot);
+            if let Some(holder) = orphan {
+                inner.recheck(&holder).await;
+            }
+        });
     }
 }
 
-/// The holding a watch is for.
-struct Watch {
-    name: String,
-    owner: Arc<str>,
-    path: String,
+/// What tells a new holding of the queue's next change.
+enum Signal {
+    /// The queue watch of the listing that showed the attempt first; `alone`: the only one.
+    Queue {
+        watcher: zk::OneshotWatcher,
+        alone: bool,
+    },
+    /// The fast path: the calm folder, checked (see `quiet`).
+    Fast(Taken),
 }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::{recipe, Inner, SERVICE};
@@ -47,9 +48,34 @@ impl Inner {
     }
 
     /// Deletes a closing holding's node and, once it is gone (also with the session that
-    /// ended), ends the holding.
-    async fn delete_holding(&self, closing: &Closing) -> Result<Released, zk::Error> {
-        let deleted = match self.delete(&closing.path).await {
+    /// ended), ends the holding. The folder may be left calm for the owner's next attempt
+    /// (see `quiet`): a holding that the listing showed alone first puts a persistent watch
+    /// on the folder, sent before the delete (the node keeps the folder from going until
+    /// then), in the same round trip.
+    async fn delete_holding(self: &Arc<Self>, closing: &Closing) -> Result<Released, zk::Error> {
+        let path = &closing.path;
+        let dir = path.rsplit_once('/').map_or("/", |(dir, _)| dir);
+        let sent = Instant::now();
+        let watch = self
+            .quiet
+            .releasing(dir, path)
+            .then(|| self.session.zk.watch(dir, zk::AddWatchMode::Persistent));
+        let deleted = self.delete(path);
+        let added = async {
+            match watch {
+                Some(watch) => self.session.answer(sent, watch).await.ok(),
+                None => None,
+            }
+        };
+        let (deleted, added) = tokio::join!(deleted, added);
+        let seq = recipe::seq_of(path);
+        if let Some(slot) = self
+            .quiet
+            .released(dir, path, seq, deleted == Ok(true), added)
+        {
+            self.watch_folder(dir.to_owned(), slot);
+        }
+        let deleted = match deleted {
             Err(_) if self.session.ended.is_cancelled() => Ok(false),
             deleted => deleted,
         };

@@ -63,11 +63,13 @@ pub(crate) fn guid() -> String {
     )
 }
 
-/// A node this session created: its path and its creation zxid (the fencing token).
+/// A node this session created: its path, its creation zxid (the fencing token) and its
+/// sequence number (`-1` if the name has none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Node {
     pub(crate) path: String,
     pub(crate) czxid: i64,
+    pub(crate) seq: i64,
 }
 
 impl Node {
@@ -111,17 +113,25 @@ pub(crate) async fn list(session: &Session, dir: &str) -> Result<Listing, zk::Er
     })
 }
 
-/// Creates the attempt's node and lists the queue in one round trip: the listing is sent
-/// right behind the create, and a session's requests run in order, so it shows the new node
-/// (three requests per uncontended pair: create, list, delete). Creation is protected: after
-/// a lost reply, the node is found by its GUID (ours only if its `ephemeralOwner` is this
-/// session) before trying again. The listing is `None` when it could not be read with the
-/// create.
+/// The sequence number at the end of a lock node's path (`-1` if none).
+pub(crate) fn seq_of(path: &str) -> i64 {
+    sequence(path)
+        .and_then(|s| i64::try_from(s).ok())
+        .unwrap_or(-1)
+}
+
+/// Creates the attempt's node and, if `list`, lists the queue in one round trip: the listing
+/// is sent right behind the create, and a session's requests run in order, so it shows the
+/// new node (three requests per uncontended pair: create, list, delete; two without the
+/// listing, see `quiet`). Creation is protected: after a lost reply, the node is found by
+/// its GUID (ours only if its `ephemeralOwner` is this session) before trying again. The
+/// listing is `None` when it was not asked for or could not be read with the create.
 pub(crate) async fn create(
     session: &Session,
     dir: &str,
     guid: &str,
     owner: &str,
+    list: bool,
 ) -> Result<(Node, Option<Listing>), zk::Error> {
     let prefix = format!("{dir}/_c_{guid}-{LOCK_MARK}");
     let mode = zk::CreateMode::EphemeralSequential.with_acls(ACLS);
@@ -130,19 +140,27 @@ pub(crate) async fn create(
         tries += 1;
         let sent = Instant::now();
         let created = session.zk.create(&prefix, owner.as_bytes(), &mode);
-        let listed = session.zk.list_and_watch_children(dir);
-        let (created, listed) =
-            tokio::join!(session.answer(sent, created), session.answer(sent, listed));
+        let listed = list.then(|| session.zk.list_and_watch_children(dir));
+        let listed = async {
+            match listed {
+                Some(listed) => Some(session.answer(sent, listed).await),
+                None => None,
+            }
+        };
+        let (created, listed) = tokio::join!(session.answer(sent, created), listed);
         match created {
             Ok((stat, seq)) => {
                 let node = Node {
                     path: format!("{prefix}{seq}"),
                     czxid: stat.czxid,
+                    seq: seq.into_i64(),
                 };
-                let listing = listed.ok().map(|(children, watcher)| Listing {
-                    children: sorted(children),
-                    watcher,
-                });
+                let listing = listed
+                    .and_then(Result::ok)
+                    .map(|(children, watcher)| Listing {
+                        children: sorted(children),
+                        watcher,
+                    });
                 return Ok((node, listing));
             }
             Err(zk::Error::NoNode) if tries < 4 => make_dir(session, dir).await?,
@@ -176,10 +194,12 @@ pub(crate) async fn find(
         let path = format!("{dir}/{child}");
         match session.call(|zk| zk.get_data(&path)).await {
             Ok((_, stat)) if stat.ephemeral_owner == session.id => {
+                let seq = seq_of(&path);
                 return Ok(Some(Node {
                     path,
                     czxid: stat.czxid,
-                }))
+                    seq,
+                }));
             }
             Ok(_) | Err(zk::Error::NoNode) => {}
             Err(e) => return Err(e),
