@@ -699,7 +699,8 @@ run. Requests are counted on the server: `mntr`'s `zk_packets_received` before a
 the measured loop, divided by pairs (or acquisitions). That counter includes pings, which\n\
 `zookeeper-client` sends only after a connection has been idle for 3/8 of its timeout (none\n\
 while these loops run), and fencelock's session probe (`exists /` every quarter of the 30 s\n\
-session timeout: at most one per client here); four-letter words are not counted.\n\
+session timeout: at most one per client here), and the `mntr` reading itself (left out of\n\
+the uncontended rows; one over the hundreds of acquisitions of a contended row).\n\
 Raw pairs use `zookeeper-client` directly on one connection: an ephemeral sequential node\n\
 created and deleted, and the same with a listing of its folder sent right behind the\n\
 create (the least a queue recipe can send and wait for: one round trip for both; Curator\n\
@@ -856,24 +857,26 @@ round trips of the third-fastest server, not ten.\n\n\
   parallel; on separate hosts the five requests overlap and the pair approaches two round\n\
   trips of the server that completes the majority. Sequential fan-out would cost the sum of\n\
   all ten round trips.\n\
-- **ZooKeeper**: a pair costs 3 server requests (`create`, `getChildren`, `delete`) and two\n\
-  round trips: the listing goes out right behind the create (a session's requests run in\n\
-  order, so it shows the new node), and the holder keeps that listing's watch on the queue\n\
-  instead of reading its own node (the watch fires at its own delete when nobody queued).\n\
-  Curator sends the same 3 requests but waits for them one after another. Without fsync the\n\
-  server's read is not free next to two cheap writes (the test kit's JVM runs the C1\n\
-  compiler only): even raw `create` ‖ `list` + `delete` stays well under 0.9 of raw `create`\n\
-  + `delete`, and fencelock's pair is within a few percent of that raw pipelined pair (its\n\
-  row). With `forceSync=yes`, the durable default, the two flushed writes dominate and the\n\
-  ratio to raw `create` + `delete` is what the issue's target is about; the shared disk makes\n\
-  single slices noisy, hence the median over slices. Under contention an acquisition costs\n\
-  about 6 requests (Curator 5): the same 3, `getData` with a watch on the node just before\n\
-  one's own, a second `getChildren` after the wake-up, and the holder's read of its own node\n\
-  with a watch once the queue changed while it held the lock (so that a forced delete still\n\
-  fires `lost()`). The holder check (does another session hold the lock as this owner?) is\n\
-  read only for owner ids given with `Lock::with_owner`. Workers are served in arrival order\n\
-  (max/min under 1.05). The handoff gap is the `delete`, the notification and the\n\
-  `getChildren` of the next holder, on a server that shares two cores with everything else.\n\
+- **ZooKeeper**: a pair costs what a raw `create` + `delete` costs, 2 server requests and two\n\
+  round trips, once the client has held the lock alone: its next node's sequence number\n\
+  following its last one shows that nobody else made a node, and the folder's persistent\n\
+  watch that nothing else changed (docs/SAFETY.md), so the acquire does not list the queue.\n\
+  The first pair of a session, and any pair after someone else used the lock, sends the\n\
+  listing right behind the create (3 requests, one round trip; a session's requests run in\n\
+  order, so it shows the new node); the release after such a lone holding puts the watch on\n\
+  the folder before its delete (one more request, same round trip). Curator sends create,\n\
+  list and delete, one after another. Without fsync the server's CPU is the limit (the test\n\
+  kit's JVM runs the C1 compiler only, beside the client on two cores), and the client's own\n\
+  work shows; with `forceSync=yes`, the durable default, the two flushed writes dominate,\n\
+  which is what the issue's 0.9 target is about; the shared disk makes single slices noisy,\n\
+  hence the median over slices. Under contention an acquisition costs about 5 requests\n\
+  (Curator 5): create and listing, `getData` with a watch on the node just before one's own,\n\
+  a second listing after the wake-up, the delete, and now and then the holder's read of its\n\
+  own node with a watch once the queue changed while it held the lock (so that a forced\n\
+  delete still fires `lost()`). The holder check (does another session hold the lock as this\n\
+  owner?) is read only for owner ids given with `Lock::with_owner`. Workers are served in\n\
+  arrival order (max/min under 1.05). The handoff gap is the `delete`, the notification and\n\
+  the listing of the next holder, on a server that shares two cores with everything else.\n\
 - **10,000 locks** cost one timer-queue entry and one `LeaseState` each; renewals falling due\n\
   within 10 ms of each other go out as one pipeline of up to 1,000 commands.\n",
         cores = r["machine"]["cores"],

@@ -10,7 +10,8 @@ use serde_json::{json, Value};
 use zookeeper_client as zk;
 
 /// Requests the server has received (`mntr`'s `zk_packets_received`: every request packet,
-/// the session's connect request and pings included; four-letter words are not counted).
+/// the session's connect request and pings included, and each `mntr` reading itself: the
+/// difference of two readings is one more than the requests between them).
 pub fn packets_received(server: &ZooKeeperServer) -> u64 {
     let mntr = server.four_letter("mntr").expect("mntr");
     mntr.lines()
@@ -44,7 +45,7 @@ async fn slice<F: std::future::Future<Output = ()>>(
         pairs += 1;
     }
     let rate = pairs as f64 / start.elapsed().as_secs_f64();
-    let requests = packets_received(server) - before;
+    let requests = packets_received(server) - before - 1;
     Slice {
         rate,
         requests: requests as f64 / pairs as f64,
@@ -132,7 +133,7 @@ fn curator(server: &ZooKeeperServer, args: &[&str]) -> Result<(Value, u64), Stri
     let before = packets_received(server);
     writeln!(stdin, "go").map_err(|e| e.to_string())?;
     let result = next()?;
-    let requests = packets_received(server) - before;
+    let requests = packets_received(server) - before - 1;
     let _ = writeln!(stdin, "exit");
     let _ = child.wait();
     let fields = result

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use super::quiet::Watching;
 use super::{recipe, Inner, SERVICE};
 use crate::backend::holdings::{delete_later, Closing, Step};
 use crate::backend::{RawStatus, Released};
@@ -55,16 +56,23 @@ impl Inner {
     async fn delete_holding(self: &Arc<Self>, closing: &Closing) -> Result<Released, zk::Error> {
         let path = &closing.path;
         let dir = path.rsplit_once('/').map_or("/", |(dir, _)| dir);
+        let persistent = zk::AddWatchMode::Persistent;
+        let (mut first, mut watch) = (None, None);
         let sent = Instant::now();
-        let watch = self
-            .quiet
-            .releasing(dir, path)
-            .then(|| self.session.zk.watch(dir, zk::AddWatchMode::Persistent));
+        match self.quiet.releasing(dir, path) {
+            Watching::No => {}
+            Watching::WithDelete => watch = Some(self.session.zk.watch(dir, persistent)),
+            Watching::First => {
+                let added = self.session.call(|zk| zk.watch(dir, persistent)).await;
+                self.quiet.first_watch(added.is_ok());
+                first = added.ok();
+            }
+        }
         let deleted = self.delete(path);
         let added = async {
             match watch {
                 Some(watch) => self.session.answer(sent, watch).await.ok(),
-                None => None,
+                None => first,
             }
         };
         let (deleted, added) = tokio::join!(deleted, added);

@@ -22,6 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -202,6 +203,27 @@ impl Drop for Taken {
 pub(crate) struct Quiet {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     candidates: Mutex<HashSet<String>>,
+    /// Whether the server takes persistent watches: [`UNKNOWN`] until the first was asked
+    /// for.
+    persistent: AtomicU8,
+}
+
+const UNKNOWN: u8 = 0;
+const TAKEN: u8 = 1;
+const REFUSED: u8 = 2;
+
+/// How a release puts a watch on its folder before its delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watching {
+    /// No watch: the folder is remembered already, the holding was not alone, or the server
+    /// refused persistent watches.
+    No,
+    /// Sent right before the delete, in the same round trip.
+    WithDelete,
+    /// The session's first: awaited before the delete is sent, since a server older than
+    /// 3.6 does not know the request and closes the connection (ZOOKEEPER-2786), which would
+    /// take the delete's reply with it.
+    First,
 }
 
 impl Quiet {
@@ -232,12 +254,18 @@ impl Quiet {
 
     /// Before the delete of node `path` in `dir` by its release: a holding taken on the fast
     /// path stops its task from reading the watch (the release reads its own delete there);
-    /// `true` when a holding taken alone on the slow path should put a watch on the folder
-    /// (sent before the delete, while the node keeps the folder from going).
-    pub(crate) fn releasing(&self, dir: &str, path: &str) -> bool {
+    /// a holding taken alone on the slow path puts a watch on the folder (before the delete,
+    /// while the node keeps the folder from going).
+    pub(crate) fn releasing(&self, dir: &str, path: &str) -> Watching {
         let slots = lock(&self.slots);
         let Some(slot) = slots.get(dir) else {
-            return slots.len() < ROOM && lock(&self.candidates).contains(path);
+            let wanted = slots.len() < ROOM && lock(&self.candidates).contains(path);
+            return match self.persistent.load(Ordering::Relaxed) {
+                _ if !wanted => Watching::No,
+                UNKNOWN => Watching::First,
+                TAKEN => Watching::WithDelete,
+                _ => Watching::No,
+            };
         };
         let mut state = lock(&slot.0);
         if let Some(w) = state.watched.as_mut() {
@@ -245,7 +273,16 @@ impl Quiet {
                 w.phase = Phase::Releasing;
             }
         }
-        false
+        Watching::No
+    }
+
+    /// Notes whether the server took the session's first persistent watch: after a refusal
+    /// (or a connection lost on it) the session asks for none again.
+    pub(crate) fn first_watch(&self, taken: bool) {
+        let state = if taken { TAKEN } else { REFUSED };
+        let _ =
+            self.persistent
+                .compare_exchange(UNKNOWN, state, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// Takes the calm of `dir` for an attempt, if it is unbroken.
