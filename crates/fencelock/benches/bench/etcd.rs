@@ -56,6 +56,58 @@ async fn raw_pairs(server: &EtcdServer, secs: f64) -> (f64, f64) {
     (rate, sent as f64 / pairs as f64)
 }
 
+/// fencelock's two transactions sent with `etcd-client` alone (no library around them): the
+/// key put under a lease if absent with reads of the key before it and the holder, then
+/// deleted if it still has its create revision. The recipe's floor: fencelock's pair less this is the library's cost.
+async fn recipe_pairs(server: &EtcdServer, secs: f64) -> (f64, f64) {
+    use etcd::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+    let mut c = raw_client(server).await;
+    let lease = c.lease_grant(60, None).await.unwrap().id();
+    let (dir, key) = ("/recipe/solo/", format!("/recipe/solo/{lease:x}"));
+    let end_of_queue = |order| {
+        GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, order)
+            .with_limit(1)
+    };
+    let (first, last) = (
+        end_of_queue(SortOrder::Ascend),
+        end_of_queue(SortOrder::Descend),
+    );
+    let before = requests(server);
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let (mut pairs, start) = (0u64, Instant::now());
+    while Instant::now() < end {
+        let put = TxnOp::put(
+            key.as_str(),
+            "owner",
+            Some(PutOptions::new().with_lease(lease)),
+        );
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::get(dir, Some(last.clone())),
+                put,
+                TxnOp::get(dir, Some(first.clone())),
+            ])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let reply = c.txn(txn).await.unwrap();
+        let revision = reply.header().unwrap().revision();
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then([TxnOp::delete(key.as_str(), None)]);
+        assert!(c.txn(txn).await.unwrap().succeeded());
+        pairs += 1;
+    }
+    let rate = pairs as f64 / start.elapsed().as_secs_f64();
+    let sent = requests(server) - before;
+    (rate, sent as f64 / pairs as f64)
+}
+
 /// etcd's v3 lock service (`Lock` / `Unlock` RPCs) with one lease: pairs/s.
 async fn lock_service_pairs(server: &EtcdServer, secs: f64) -> (f64, f64) {
     let mut c = raw_client(server).await;
@@ -137,23 +189,32 @@ async fn lock_service_contended(server: &EtcdServer, workers: usize, secs: f64) 
     })
 }
 
+/// How many turns each uncontended contender takes.
+const ROUNDS: usize = 7;
+
 /// Every etcd figure on one member (etcd fsyncs its log on every write; 3.4 has no switch).
 pub fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime, secs: f64) -> Value {
     let server = EtcdServer::start().expect("etcd server");
-    // Three rounds, fencelock, the raw client and the lock service taking turns: medians.
+    // Rounds of fencelock, the raw client, the recipe alone and the lock service taking
+    // turns (the disk's noise hits them alike): medians of the per-round figures.
     let mut rounds = Vec::new();
-    for _ in 0..3 {
-        let (raw, raw_requests) = single.block_on(raw_pairs(&server, secs / 3.0));
-        let (solo, solo_requests) = single.block_on(fencelock_pairs(&server, secs / 3.0));
-        let (svc, svc_requests) = single.block_on(lock_service_pairs(&server, secs / 3.0));
+    let each = secs / ROUNDS as f64;
+    for _ in 0..ROUNDS {
+        let (raw, raw_requests) = single.block_on(raw_pairs(&server, each));
+        let (solo, solo_requests) = single.block_on(fencelock_pairs(&server, each));
+        let (recipe, _) = single.block_on(recipe_pairs(&server, each));
+        let (svc, svc_requests) = single.block_on(lock_service_pairs(&server, each));
         rounds.push(json!({
             "pairs_per_sec": solo,
             "requests_per_pair": solo_requests,
             "raw_put_delete_pairs_per_sec": raw,
             "raw_put_delete_requests_per_pair": raw_requests,
+            "recipe_pairs_per_sec": recipe,
             "lock_service_pairs_per_sec": svc,
             "lock_service_requests_per_pair": svc_requests,
             "ratio_to_raw_put_delete": solo / raw,
+            "ratio_to_recipe": solo / recipe,
+            "ratio_to_lock_service": solo / svc,
         }));
     }
     let median = |key: &str| {
@@ -176,6 +237,9 @@ pub fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime, se
             "ratio_to_raw_put_delete": median("ratio_to_raw_put_delete"),
             "lock_service_pairs_per_sec": median("lock_service_pairs_per_sec"),
             "lock_service_requests_per_pair": median("lock_service_requests_per_pair"),
+            "recipe_pairs_per_sec": median("recipe_pairs_per_sec"),
+            "ratio_to_recipe": median("ratio_to_recipe"),
+            "ratio_to_lock_service": median("ratio_to_lock_service"),
         },
         "contended_8_workers_1_client": one_client,
         "contended_8_workers_8_clients": eight_clients,
@@ -188,14 +252,13 @@ pub fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime, se
 pub fn markdown(e: &Value) -> String {
     let f = |v: &Value| v.as_f64().unwrap_or(0.0);
     let u = &e["uncontended"];
-    let rounds: Vec<String> = e["rounds"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|r| format!("{:.2}", f(&r["ratio_to_raw_put_delete"])))
-                .collect()
-        })
-        .unwrap_or_default();
+    let rounds = |key: &str| -> String {
+        let each: Vec<String> = e["rounds"]
+            .as_array()
+            .map(|a| a.iter().map(|r| format!("{:.2}", f(&r[key]))).collect())
+            .unwrap_or_default();
+        each.join(", ")
+    };
     let row = |label: &str, c: &Value| {
         format!(
             "| {label} | {:.0} | {:.0} / {:.0} | {:.0} | {} – {} | {:.2} | {} |",
@@ -224,8 +287,11 @@ recipe as `etcdctl lock`, watching the predecessor from a past revision).\n\n\
 | pairs/s | {p:.0} |\n\
 | server requests per pair | {r:.2} |\n\
 | raw `put` + `delete` pairs/s (requests per pair) | {raw:.0} ({rawr:.2}) |\n\
-| **ratio to raw `put` + `delete`** (median of 3 rounds) | **{ratio:.2}** (rounds: {rounds}) |\n\
-| etcd lock service `Lock` + `Unlock` pairs/s (requests per pair) | {svc:.0} ({svcr:.2}) |\n\n\
+| **ratio to raw `put` + `delete`** (median of {n} rounds) | **{ratio:.2}** (rounds: {raw_rounds}) |\n\
+| the recipe's two transactions sent with `etcd-client` alone, pairs/s | {recipe:.0} |\n\
+| ratio to the recipe alone (the library's own cost) | {recipe_ratio:.2} (rounds: {recipe_rounds}) |\n\
+| etcd lock service `Lock` + `Unlock` pairs/s (requests per pair) | {svc:.0} ({svcr:.2}) |\n\
+| **ratio to the lock service** (median of {n} rounds) | **{svc_ratio:.2}** (rounds: {svc_rounds}) |\n\n\
 ### Contention: 8 workers on one lock, each holding it ~1 ms\n\n\
 Measured as for Redis above (handoff gap from the release being sent to the next acquire\n\
 returning). The lock service: 8 tasks, each with a client and a lease of its own.\n\n\
@@ -234,7 +300,9 @@ returning). The lock service: 8 tasks, each with a client and a lease of its own
 Reading these rows:\n\
 - **Uncontended**, fencelock sends what a raw `put` + `delete` sends (2 requests per pair:\n  \
 one transaction that puts the key and reads the holder, one compare-and-delete), and etcd\n  \
-fsyncs once per write either way: {ratio:.2} of the raw pair, {svc_ratio:.2} of etcd's lock service.\n\
+fsyncs once per write either way: {ratio:.2} of the raw pair, {svc_ratio:.2} of etcd's lock service.\n  \
+The lock service runs its recipe inside the server and deletes without a compare; the\n  \
+recipe row sends fencelock's transactions from a bare client, so the rest is the library's.\n\
 - **Contention, one client**: the client's other owners wait in the client for its key (one\n  \
 key per lease and lock), so a handoff is a local wake-up, a delete and a put.\n\
 - **Contention, 8 clients**: a waiter sends its put (which also reads its predecessor), a\n  \
@@ -248,10 +316,15 @@ from a past revision, which the server serves from its 100 ms catch-up loop.\n\
         raw = f(&u["raw_put_delete_pairs_per_sec"]),
         rawr = f(&u["raw_put_delete_requests_per_pair"]),
         ratio = f(&u["ratio_to_raw_put_delete"]),
-        rounds = rounds.join(", "),
+        n = e["rounds"].as_array().map_or(0, Vec::len),
+        raw_rounds = rounds("ratio_to_raw_put_delete"),
+        recipe = f(&u["recipe_pairs_per_sec"]),
+        recipe_ratio = f(&u["ratio_to_recipe"]),
+        recipe_rounds = rounds("ratio_to_recipe"),
+        svc_rounds = rounds("ratio_to_lock_service"),
         svc = f(&u["lock_service_pairs_per_sec"]),
         svcr = f(&u["lock_service_requests_per_pair"]),
-        svc_ratio = f(&u["pairs_per_sec"]) / f(&u["lock_service_pairs_per_sec"]).max(1.0),
+        svc_ratio = f(&u["ratio_to_lock_service"]),
         c1 = row("fencelock: 8 workers / 1 client", &e["contended_8_workers_1_client"]),
         c8 = row("fencelock: 8 workers / 8 clients", &e["contended_8_workers_8_clients"]),
         cs = row("etcd lock service: 8 workers / 8 leases", &e["lock_service_contended_8_workers"]),
