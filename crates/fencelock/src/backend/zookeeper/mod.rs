@@ -300,6 +300,15 @@ impl Ends for Inner {
         if let Err(e) = made {
             return Err(inner.fail(None, e));
         }
+        // The fast path needs persistent watches (ZooKeeper 3.6 and later). Asked here, before
+        // any lock, since an older server does not know the request and closes the
+        // connection (ZOOKEEPER-2786); dropped at once (the client removes it).
+        let persistent = zk::AddWatchMode::Persistent;
+        let probe = inner
+            .session
+            .call(|zk| zk.watch(&inner.base, persistent))
+            .await;
+        inner.quiet.set_persistent(probe.is_ok());
         Ok((Arc::new(inner), warnings))
     }
 
@@ -609,7 +618,13 @@ impl Inner {
             path: node.path,
         };
         match signal {
-            Signal::Fast(taken) => taken.hold(holder),
+            Signal::Fast(taken) => {
+                if !taken.hold(holder.clone()) {
+                    let inner = self.clone();
+                    ctx.background
+                        .linger(async move { inner.recheck(&holder).await });
+                }
+            }
             Signal::Queue { watcher, alone } => {
                 if alone {
                     self.quiet.candidate(&holder.path);

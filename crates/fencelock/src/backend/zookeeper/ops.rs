@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::quiet::Watching;
 use super::{recipe, Inner, SERVICE};
 use crate::backend::holdings::{delete_later, Closing, Step};
 use crate::backend::{RawStatus, Released};
@@ -51,31 +50,30 @@ impl Inner {
     /// Deletes a closing holding's node and, once it is gone (also with the session that
     /// ended), ends the holding. The folder may be left calm for the owner's next attempt
     /// (see `quiet`): a holding that the listing showed alone first puts a persistent watch
-    /// on the folder, sent before the delete (the node keeps the folder from going until
-    /// then), in the same round trip.
+    /// on the folder, sent right before the delete (the node keeps the folder from going
+    /// until then), in the same round trip.
     async fn delete_holding(self: &Arc<Self>, closing: &Closing) -> Result<Released, zk::Error> {
         let path = &closing.path;
         let dir = path.rsplit_once('/').map_or("/", |(dir, _)| dir);
-        let persistent = zk::AddWatchMode::Persistent;
-        let (mut first, mut watch) = (None, None);
         let sent = Instant::now();
-        match self.quiet.releasing(dir, path) {
-            Watching::No => {}
-            Watching::WithDelete => watch = Some(self.session.zk.watch(dir, persistent)),
-            Watching::First => {
-                let added = self.session.call(|zk| zk.watch(dir, persistent)).await;
-                self.quiet.first_watch(added.is_ok());
-                first = added.ok();
-            }
-        }
-        let deleted = self.delete(path);
+        let watch = self
+            .quiet
+            .releasing(dir, path)
+            .then(|| self.session.zk.watch(dir, zk::AddWatchMode::Persistent));
+        let mut abandoned = Abandoned {
+            inner: self,
+            dir,
+            path,
+            armed: true,
+        };
         let added = async {
             match watch {
                 Some(watch) => self.session.answer(sent, watch).await.ok(),
-                None => first,
+                None => None,
             }
         };
-        let (deleted, added) = tokio::join!(deleted, added);
+        let (deleted, added) = tokio::join!(self.delete(path), added);
+        abandoned.armed = false;
         let seq = recipe::seq_of(path);
         if let Some(slot) = self
             .quiet
@@ -218,6 +216,24 @@ impl Inner {
             Ok(()) => Ok(vec![(owner, 1)]),
             Err(zk::Error::NoNode) => Ok(Vec::new()),
             Err(e) => Err(self.fail(Some(name), e)),
+        }
+    }
+}
+
+/// A release's delete whose outcome will not be read (the future was dropped): the calm of
+/// its folder ends (see `Quiet::abandon`).
+struct Abandoned<'a> {
+    inner: &'a Inner,
+    dir: &'a str,
+    path: &'a str,
+    /// Cleared once the outcome was read.
+    armed: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.inner.quiet.abandon(self.dir, self.path);
         }
     }
 }

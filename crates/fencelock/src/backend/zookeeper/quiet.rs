@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -53,8 +53,8 @@ enum Phase {
     Taking,
     /// A holding taken on the fast path.
     Holding(Holder),
-    /// That holding's release is deleting its node: the folder's task waits.
-    Releasing,
+    /// The release of that holding (its node's path) is deleting it: the folder's task waits.
+    Releasing(String),
 }
 
 impl Phase {
@@ -174,13 +174,18 @@ impl Taken {
     }
 
     /// The checked attempt is a holding now (in the client's holdings): the folder's task
-    /// watches for the queue's next change on its behalf.
-    pub(crate) fn hold(self, holder: Holder) {
+    /// watches for the queue's next change on its behalf. `false` when the calm ended since
+    /// the check (another owner of the client listed the folder): the holding must then
+    /// watch its own node.
+    #[must_use]
+    pub(crate) fn hold(self, holder: Holder) -> bool {
         let mut state = lock(&self.slot.0);
-        if let Some(w) = state.watched.as_mut() {
-            w.phase = Phase::Holding(holder);
-        }
+        let Some(w) = state.watched.as_mut() else {
+            return false;
+        };
+        w.phase = Phase::Holding(holder);
         state.wake();
+        true
     }
 }
 
@@ -203,27 +208,9 @@ impl Drop for Taken {
 pub(crate) struct Quiet {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     candidates: Mutex<HashSet<String>>,
-    /// Whether the server takes persistent watches: [`UNKNOWN`] until the first was asked
-    /// for.
-    persistent: AtomicU8,
-}
-
-const UNKNOWN: u8 = 0;
-const TAKEN: u8 = 1;
-const REFUSED: u8 = 2;
-
-/// How a release puts a watch on its folder before its delete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Watching {
-    /// No watch: the folder is remembered already, the holding was not alone, or the server
-    /// refused persistent watches.
-    No,
-    /// Sent right before the delete, in the same round trip.
-    WithDelete,
-    /// The session's first: awaited before the delete is sent, since a server older than
-    /// 3.6 does not know the request and closes the connection (ZOOKEEPER-2786), which would
-    /// take the delete's reply with it.
-    First,
+    /// Whether the server takes persistent watches (ZooKeeper 3.6 and later), as the probe
+    /// at the session's start found.
+    persistent: AtomicBool,
 }
 
 impl Quiet {
@@ -254,35 +241,40 @@ impl Quiet {
 
     /// Before the delete of node `path` in `dir` by its release: a holding taken on the fast
     /// path stops its task from reading the watch (the release reads its own delete there);
-    /// a holding taken alone on the slow path puts a watch on the folder (before the delete,
-    /// while the node keeps the folder from going).
-    pub(crate) fn releasing(&self, dir: &str, path: &str) -> Watching {
+    /// `true` when a holding taken alone on the slow path should put a watch on the folder
+    /// (sent before the delete, while the node keeps the folder from going).
+    pub(crate) fn releasing(&self, dir: &str, path: &str) -> bool {
         let slots = lock(&self.slots);
         let Some(slot) = slots.get(dir) else {
-            let wanted = slots.len() < ROOM && lock(&self.candidates).contains(path);
-            return match self.persistent.load(Ordering::Relaxed) {
-                _ if !wanted => Watching::No,
-                UNKNOWN => Watching::First,
-                TAKEN => Watching::WithDelete,
-                _ => Watching::No,
-            };
+            return self.persistent.load(Ordering::Relaxed)
+                && slots.len() < ROOM
+                && lock(&self.candidates).contains(path);
         };
         let mut state = lock(&slot.0);
         if let Some(w) = state.watched.as_mut() {
             if matches!(&w.phase, Phase::Holding(h) if h.path == path) {
-                w.phase = Phase::Releasing;
+                w.phase = Phase::Releasing(path.to_owned());
             }
         }
-        Watching::No
+        false
     }
 
-    /// Notes whether the server took the session's first persistent watch: after a refusal
-    /// (or a connection lost on it) the session asks for none again.
-    pub(crate) fn first_watch(&self, taken: bool) {
-        let state = if taken { TAKEN } else { REFUSED };
-        let _ =
-            self.persistent
-                .compare_exchange(UNKNOWN, state, Ordering::Relaxed, Ordering::Relaxed);
+    /// Notes whether the server takes persistent watches: without them there is no fast path.
+    pub(crate) fn set_persistent(&self, taken: bool) {
+        self.persistent.store(taken, Ordering::Relaxed);
+    }
+
+    /// A release of node `path` that stopped before it knew the delete's outcome (its future
+    /// was dropped): the calm ends, or its watch would go unread.
+    pub(crate) fn abandon(&self, dir: &str, path: &str) {
+        let slots = lock(&self.slots);
+        if let Some(slot) = slots.get(dir) {
+            let mut state = lock(&slot.0);
+            let releasing = |w: &Watched| matches!(&w.phase, Phase::Releasing(p) if p == path);
+            if state.watched.as_ref().is_some_and(releasing) {
+                state.end();
+            }
+        }
     }
 
     /// Takes the calm of `dir` for an attempt, if it is unbroken.
@@ -319,7 +311,7 @@ impl Quiet {
         if let Some(slot) = lock(&self.slots).get(dir) {
             let mut state = lock(&slot.0);
             let calm = match state.watched.as_mut() {
-                Some(w) if matches!(w.phase, Phase::Releasing) => {
+                Some(w) if matches!(&w.phase, Phase::Releasing(p) if p == path) => {
                     w.phase = Phase::Calm;
                     deleted && w.only_own_change()
                 }
