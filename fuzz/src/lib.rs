@@ -1,6 +1,6 @@
 //! The library's private input code, compiled here as is (`#[path]`) so that the fuzz targets
-//! drive the very source the library runs: the URL parser, the name and owner checks, and the
-//! CLI's duration parser. `crate::error::InputError` in those files resolves to the library's
+//! drive the very source the library runs: the URL parser, the name and owner checks, the Redis
+//! keys, and the CLI's duration parser. `crate::error::InputError` in those files resolves to the library's
 //! type through the `error` module below.
 #![allow(dead_code)]
 
@@ -11,6 +11,11 @@ mod error {
     pub use fencelock::InputError;
 }
 
+/// What the included sources call `crate::redact`.
+mod redact {
+    pub use fencelock::redact_url;
+}
+
 /// `crates/fencelock/src/backend/redis/url.rs`.
 #[path = "../../crates/fencelock/src/backend/redis/url.rs"]
 mod url;
@@ -18,6 +23,10 @@ mod url;
 /// `crates/fencelock/src/name.rs`.
 #[path = "../../crates/fencelock/src/name.rs"]
 mod name;
+
+/// `crates/fencelock/src/backend/redis/keys.rs`.
+#[path = "../../crates/fencelock/src/backend/redis/keys.rs"]
+mod keys;
 
 /// `crates/fencelock-cli/src/duration.rs`.
 #[path = "../../crates/fencelock-cli/src/duration.rs"]
@@ -54,9 +63,16 @@ pub fn validate_owner(owner: &str) -> Result<(), InputError> {
 
 /// The keys and channel of the lock `name`, if the name is accepted.
 pub fn lock_keys(name: &str) -> Result<[String; 5], InputError> {
-    let k = name::LockKeys::new(name)?;
+    let lock = name::LockName::new(name)?;
     name::check_redis_name(name)?;
-    Ok([k.lock, k.fence, k.channel, k.queue, k.waiting])
+    let k = keys::LockKeys::of(&lock);
+    Ok([
+        k.lock.clone(),
+        k.fence.clone(),
+        k.channel.clone(),
+        k.queue.clone(),
+        k.waiting.clone(),
+    ])
 }
 
 /// The same URL with its password (as the URL parser reads it: after the first `:` of

@@ -12,8 +12,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::name::LockKeys;
-
 /// The most ids kept per lock: a server that stays away while a caller retries in a loop
 /// must not make this grow without end. Expired ones go first, then the oldest; their holds
 /// expire with their lease at the latest.
@@ -55,9 +53,9 @@ impl Abandoned {
     }
 
     /// Records an attempt given up, taken with lease `term`.
-    pub(crate) fn add(&self, keys: &LockKeys, owner: &Arc<str>, id: u64, term: Duration) {
+    pub(crate) fn add(&self, name: &str, owner: &Arc<str>, id: u64, term: Duration) {
         let mut map = self.map();
-        let ids = map.entry(keys.name.clone()).or_default();
+        let ids = map.entry(name.to_owned()).or_default();
         if ids.len() >= MAX_PER_LOCK {
             ids.remove(0);
         }
@@ -69,9 +67,9 @@ impl Abandoned {
     }
 
     /// The attempts of `owner` on this lock not yet known to be undone.
-    pub(crate) fn pending(&self, keys: &LockKeys, owner: &str) -> Vec<u64> {
+    pub(crate) fn pending(&self, name: &str, owner: &str) -> Vec<u64> {
         let map = self.map();
-        match map.get(keys.name.as_str()) {
+        match map.get(name) {
             Some(ids) => ids
                 .iter()
                 .filter(|g| &*g.owner == owner)
@@ -87,15 +85,15 @@ impl Abandoned {
     }
 
     /// These attempts were given back on the server (a script ran with them).
-    pub(crate) fn settle(&self, keys: &LockKeys, owner: &str, settled: &[u64]) {
+    pub(crate) fn settle(&self, name: &str, owner: &str, settled: &[u64]) {
         if settled.is_empty() {
             return;
         }
         let mut map = self.map();
-        if let Some(ids) = map.get_mut(keys.name.as_str()) {
+        if let Some(ids) = map.get_mut(name) {
             ids.retain(|g| !(&*g.owner == owner && settled.contains(&g.id)));
             if ids.is_empty() {
-                map.remove(keys.name.as_str());
+                map.remove(name);
             }
         }
     }

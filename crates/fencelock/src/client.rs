@@ -100,7 +100,7 @@ impl Client {
 
     /// What the server knows about the lock `name`.
     pub async fn status(&self, name: &str) -> Result<LockStatus> {
-        let keys = self.inner.keys(name)?;
+        let keys = self.inner.lock_name(name)?;
         let raw = self.inner.service.status(&keys).await?;
         Ok(LockStatus::from_raw(name, raw))
     }
@@ -109,7 +109,7 @@ impl Client {
     /// a lock is stale; the holder (if alive) learns of it at its next renewal. Returns the
     /// owners and hold counts that were removed (empty when the lock was free).
     pub async fn force_unlock(&self, name: &str) -> Result<Vec<(String, u64)>> {
-        let keys = self.inner.keys(name)?;
+        let keys = self.inner.lock_name(name)?;
         let removed = self.inner.service.force_unlock(&keys).await?;
         tracing::info!(lock = name, ?removed, "lock force-unlocked");
         Ok(removed)

@@ -28,7 +28,7 @@ pub struct Guard {
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
-            .field("lock", &self.state.hold.keys.name)
+            .field("lock", &self.state.hold.lock.name)
             .field("owner", &self.state.hold.owner)
             .field("fencing_token", &self.state.hold.token)
             .field("hold_count", &self.count)
@@ -49,7 +49,7 @@ impl Guard {
 
     /// The lock name.
     pub fn name(&self) -> &str {
-        &self.state.hold.keys.name
+        &self.state.hold.lock.name
     }
 
     /// The owner id that holds the lock.
@@ -145,7 +145,7 @@ impl Guard {
         self.state.finish();
         let client = &self.client;
         let result = client.service.release(&client.ctx, &self.state).await;
-        tracing::debug!(lock = %self.state.hold.keys.name, ?result, "release");
+        tracing::debug!(lock = %self.state.hold.lock.name, ?result, "release");
         // Until the server has answered, the hold may still be there: a release that failed
         // on the way, or whose future was dropped, is given back by `Drop` in the background
         // (and by the owner's next attempt on the lock, which carries its id).

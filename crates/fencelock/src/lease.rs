@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::name::LockKeys;
+use crate::name::LockName;
 
 /// When a lease must be renewed and when it is gone.
 #[derive(Debug, Clone, Copy)]
@@ -81,7 +81,7 @@ impl Lost {
 /// What a guard holds: one hold of a holding.
 #[derive(Debug)]
 pub(crate) struct Hold {
-    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) lock: Arc<LockName>,
     pub(crate) owner: Arc<str>,
     pub(crate) lease: Duration,
     /// The watchdog renews this lease (no explicit lease was given).
@@ -135,7 +135,7 @@ impl LeaseState {
     pub(crate) fn fire_lost(&self, lost: Lost) {
         let reason = lost.reason();
         if self.reason.set(reason).is_ok() {
-            tracing::warn!(lock = %self.hold.keys.name, reason, "lock lost");
+            tracing::warn!(lock = %self.hold.lock.name, reason, "lock lost");
             crate::telemetry::lost(lost.label());
         }
         self.finished.store(true, Ordering::Release);
@@ -166,7 +166,7 @@ impl LeaseState {
     /// The error for an operation on a lease that is lost.
     pub(crate) fn lost_error(&self) -> crate::error::Error {
         crate::error::Error::LockLost {
-            lock: self.hold.keys.name.clone(),
+            lock: self.hold.lock.name.clone(),
             reason: self.reason().unwrap_or("lease expired"),
         }
     }

@@ -9,7 +9,7 @@ use tracing::Instrument;
 use crate::backend::{Acquired, LockRequest, RawStatus, Released, Wait};
 use crate::error::{InputError, Result};
 use crate::guard::Guard;
-use crate::name::{validate_owner, LockKeys};
+use crate::name::{validate_owner, LockName};
 use crate::options::{validate_acks, validate_lease, LockOptions};
 use crate::shared::Shared;
 use crate::status::LockStatus;
@@ -35,7 +35,7 @@ use crate::telemetry;
 pub struct Lock {
     client: Arc<Shared>,
     name: Arc<str>,
-    keys: Result<Arc<LockKeys>, InputError>,
+    lock: Result<Arc<LockName>, InputError>,
     owner: Arc<str>,
     /// The owner id came from `with_owner`: another process may use it too.
     explicit_owner: bool,
@@ -82,7 +82,7 @@ impl Lock {
     pub(crate) fn new(client: Arc<Shared>, name: &str, owner: String) -> Self {
         Self {
             name: name.into(),
-            keys: client.keys(name),
+            lock: client.lock_name(name),
             owner: owner.into(),
             explicit_owner: false,
             options: LockOptions::default(),
@@ -131,7 +131,7 @@ impl Lock {
     /// Input checks, before any I/O (the service checks the options only it understands);
     /// what an acquire asks for.
     fn checked(&self) -> Result<LockRequest<'_>> {
-        let keys = self.keys.as_ref().map_err(|e| e.clone())?;
+        let lock = self.lock.as_ref().map_err(|e| e.clone())?;
         if let Some(problem) = &self.problem {
             return Err(problem.clone().into());
         }
@@ -142,7 +142,7 @@ impl Lock {
         self.client.ctx.options.validate_drift(lease)?;
         self.client.service.check(&self.options, lease)?;
         Ok(LockRequest {
-            keys,
+            lock,
             owner: &self.owner,
             explicit_owner: self.explicit_owner,
             lease,
@@ -223,13 +223,13 @@ impl Lock {
     pub async fn release(&self) -> Result<Released> {
         let request = self.checked()?;
         let service = &self.client.service;
-        service.release_owner(request.keys, &self.owner).await
+        service.release_owner(request.lock, &self.owner).await
     }
 
     /// What the server knows about this lock.
     pub async fn status(&self) -> Result<LockStatus> {
         let request = self.checked()?;
-        let raw = self.client.service.status(request.keys).await?;
+        let raw = self.client.service.status(request.lock).await?;
         Ok(LockStatus::from_raw(&self.name, raw))
     }
 }

@@ -1,44 +1,49 @@
-//! Lock names and the server keys derived from them.
+//! Lock names, and what a lock service derives from them.
+
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::InputError;
 
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
 
-/// A lock's name and the Redis keys and channel derived from it (used by the Redis family
-/// only; other services use `name`). Every key shares the hash tag `{name}`, so that all of a
-/// lock's keys live in one Redis Cluster slot and a script may touch them together; the
-/// Redis family refuses names with braces, which would break the tag (other services accept
-/// them).
-#[derive(Debug)]
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) struct LockKeys {
+/// A lock's name as the API hands it to the lock service, with what the service derives
+/// from it, made once per lock handle at its first use (the Redis family's keys; the other
+/// services use the name as it is). Nothing above the seam knows what that is.
+pub(crate) struct LockName {
     /// The name as the user gave it.
     pub(crate) name: String,
-    /// The hash: owner id -> hold count, plus the reserved fields `=token` and `=attempt`.
-    pub(crate) lock: String,
-    /// The fencing counter. It has no TTL so that tokens keep increasing across holders.
-    pub(crate) fence: String,
-    /// The channel that carries release notifications and handovers (`=grant ...`).
-    pub(crate) channel: String,
-    /// The wait queue: owners in arrival order, handed the lock by the release script.
-    pub(crate) queue: String,
-    /// Each queued owner's place: `attempt window_ms since_us lease_ms`.
-    pub(crate) waiting: String,
+    derived: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
-impl LockKeys {
+impl std::fmt::Debug for LockName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LockName").field(&self.name).finish()
+    }
+}
+
+impl LockName {
+    /// A name checked by the rules every service shares.
     pub(crate) fn new(name: &str) -> Result<Self, InputError> {
         validate_name(name)?;
-        let lock = format!("fencelock:{{{name}}}");
         Ok(Self {
             name: name.to_owned(),
-            fence: format!("{lock}:fence"),
-            channel: format!("{lock}:released"),
-            queue: format!("{lock}:queue"),
-            waiting: format!("{lock}:waiting"),
-            lock,
+            derived: OnceLock::new(),
         })
+    }
+
+    /// What `make` derives from the name, made at the first call and kept. (A lock handle
+    /// serves one service, so the type is always the same; were it not, the value is made
+    /// again rather than kept.)
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn derived<T: Any + Send + Sync>(&self, make: impl Fn(&str) -> T) -> Arc<T> {
+        let kept = self
+            .derived
+            .get_or_init(|| Arc::new(make(&self.name)))
+            .clone();
+        kept.downcast::<T>()
+            .unwrap_or_else(|_| Arc::new(make(&self.name)))
     }
 }
 
@@ -98,11 +103,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_share_the_hash_tag() {
-        let keys = LockKeys::new("orders:42").unwrap();
-        assert_eq!(keys.lock, "fencelock:{orders:42}");
-        assert_eq!(keys.fence, "fencelock:{orders:42}:fence");
-        assert_eq!(keys.channel, "fencelock:{orders:42}:released");
+    fn a_derived_value_is_made_once() {
+        let name = LockName::new("orders:42").unwrap();
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        let make = |n: &str| {
+            made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            n.len()
+        };
+        assert_eq!(*name.derived(make), 9);
+        assert_eq!(*name.derived(make), 9);
+        assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::backend::{Ctx, Service};
 use crate::background::Background;
 use crate::error::{Error, InputError, Result};
 use crate::lease::LeaseState;
-use crate::name::LockKeys;
+use crate::name::LockName;
 use crate::options::ClientOptions;
 use crate::watchdog::{BoxFuture, Renewals, Renewer, Watchdog};
 
@@ -47,11 +47,11 @@ impl Renewer for Shared {
 }
 
 impl Shared {
-    /// A lock's keys, its name checked by the common rules and by the service's own.
-    pub(crate) fn keys(&self, name: &str) -> Result<Arc<LockKeys>, InputError> {
-        let keys = LockKeys::new(name)?;
+    /// A lock's name, checked by the common rules and by the service's own.
+    pub(crate) fn lock_name(&self, name: &str) -> Result<Arc<LockName>, InputError> {
+        let lock = LockName::new(name)?;
         self.service.check_name(name)?;
-        Ok(Arc::new(keys))
+        Ok(Arc::new(lock))
     }
 
     /// Connects the service and starts the client's background task.

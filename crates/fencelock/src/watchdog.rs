@@ -291,7 +291,7 @@ impl Watchdog {
                     let deadline = self.deadline(sent, lease.hold.lease);
                     times.deadline = times.deadline.max(deadline);
                     times.renew_at = self.renew_at(sent, lease.hold.lease);
-                    tracing::debug!(lock = %lease.hold.keys.name, "lease renewed");
+                    tracing::debug!(lock = %lease.hold.lock.name, "lease renewed");
                 }
                 Ok(Renewal::NotHeld) => {
                     telemetry::renewal("not_held");
@@ -304,7 +304,7 @@ impl Watchdog {
                     // Try again soon; the deadline stays, and fires if the server stays away.
                     let retry = (lease.hold.lease / 10).min(Duration::from_secs(1));
                     times.renew_at = Instant::now() + retry;
-                    tracing::warn!(lock = %lease.hold.keys.name, error = %e, "lease renewal failed; retrying");
+                    tracing::warn!(lock = %lease.hold.lock.name, error = %e, "lease renewal failed; retrying");
                 }
             }
             self.schedule(lease, &mut times);

@@ -3,10 +3,10 @@
 //! normal suite with a bounded number of cases; the libFuzzer targets in `fuzz/` drive the
 //! same code for as long as one likes (see fuzz/README.md).
 //!
-//! The URL parser and the name checks are private to the library, so their source files are
-//! compiled into this test as modules of its own (`#[path]`): the code under test is the
-//! library's, byte for byte, and `crate::error::InputError` resolves to the library's type
-//! through the `error` module below. (Their own unit tests come along and run here too.)
+//! The URL parser, the name checks and the Redis keys are private to the library, so their
+//! source files are compiled into this test as modules of its own (`#[path]`): the code under
+//! test is the library's, byte for byte, and `crate::error::InputError` resolves to the
+//! library's type through the `error` module below. (Their own unit tests come along and run here too.)
 #![cfg(feature = "redis")]
 
 mod common;
@@ -34,6 +34,10 @@ mod url;
 #[allow(dead_code)]
 #[path = "../src/name.rs"]
 mod name;
+
+#[allow(dead_code)]
+#[path = "../src/backend/redis/keys.rs"]
+mod keys;
 
 /// Cases per property: enough to cover every generator branch many times, few enough that the
 /// whole file runs in seconds on a loaded two-core machine.
@@ -228,9 +232,10 @@ fn names_are_accepted_exactly_as_documented_and_keep_their_hash_tag() {
             prop_assert_eq!(checked.is_ok(), expected, "{:?}: {:?}", name, checked);
             let redis = name::check_redis_name(&name);
             prop_assert_eq!(redis.is_ok(), !name.contains(['{', '}']), "{:?}", name);
-            let (Ok(keys), Ok(())) = (name::LockKeys::new(&name), redis) else {
+            let (Ok(lock), Ok(())) = (name::LockName::new(&name), redis) else {
                 return Ok(());
             };
+            let keys = keys::LockKeys::of(&lock);
             // Redis Cluster hashes the part between the first `{` and the next `}`: for every
             // key of the lock that must be the name, so that all share one slot.
             for key in [

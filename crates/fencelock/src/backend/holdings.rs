@@ -89,7 +89,7 @@ impl Holdings {
         lease: impl FnOnce(u64) -> Arc<LeaseState>,
         unheard: impl FnOnce() -> Error,
     ) -> Result<Option<Held>, Error> {
-        let (name, owner) = (&request.keys.name, request.owner);
+        let (name, owner) = (&request.lock.name, request.owner);
         if live {
             let made = |token| {
                 let lease = lease(token);
@@ -275,11 +275,11 @@ mod tests {
 
     use super::*;
     use crate::lease::Hold;
-    use crate::name::LockKeys;
+    use crate::name::LockName;
 
     fn lease(id: u64, token: u64) -> Arc<LeaseState> {
         let hold = Hold {
-            keys: Arc::new(LockKeys::new("l").unwrap()),
+            lock: Arc::new(LockName::new("l").unwrap()),
             owner: "o".into(),
             lease: Duration::from_secs(10),
             renew: false,

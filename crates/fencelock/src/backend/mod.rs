@@ -16,7 +16,7 @@ use crate::abandoned::Abandoned;
 use crate::background::Background;
 use crate::error::{Error, InputError};
 use crate::lease::{LeaseState, Renewal};
-use crate::name::LockKeys;
+use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 
@@ -57,7 +57,7 @@ pub(crate) struct RawStatus {
 /// What an acquire asks for.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) struct LockRequest<'a> {
-    pub(crate) keys: &'a Arc<LockKeys>,
+    pub(crate) lock: &'a Arc<LockName>,
     pub(crate) owner: &'a Arc<str>,
     /// The owner id was given by the user (`Lock::with_owner`), so another process may hold
     /// the lock as the same owner; a generated id is this client's alone.
@@ -238,16 +238,16 @@ impl Service {
     /// Gives back the owner's newest hold, without a guard.
     pub(crate) fn release_owner<'a>(
         &'a self,
-        keys: &'a Arc<LockKeys>,
+        lock: &'a Arc<LockName>,
         owner: &'a Arc<str>,
     ) -> BoxFuture<'a, Result<Released, Error>> {
         match self {
             #[cfg(feature = "redis")]
-            Service::Redis(r) => Box::pin(r.release_owner(keys, owner)),
+            Service::Redis(r) => Box::pin(r.release_owner(lock, owner)),
             #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => Box::pin(z.release_owner(keys, owner)),
+            Service::ZooKeeper(z) => Box::pin(z.release_owner(lock, owner)),
             #[cfg(feature = "etcd")]
-            Service::Etcd(e) => Box::pin(e.release_owner(keys, owner)),
+            Service::Etcd(e) => Box::pin(e.release_owner(lock, owner)),
         }
     }
 
@@ -284,30 +284,30 @@ impl Service {
     /// What the service knows about a lock.
     pub(crate) fn status<'a>(
         &'a self,
-        keys: &'a Arc<LockKeys>,
+        lock: &'a Arc<LockName>,
     ) -> BoxFuture<'a, Result<RawStatus, Error>> {
         match self {
             #[cfg(feature = "redis")]
-            Service::Redis(r) => Box::pin(r.status(keys)),
+            Service::Redis(r) => Box::pin(r.status(lock)),
             #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => Box::pin(z.status(keys)),
+            Service::ZooKeeper(z) => Box::pin(z.status(lock)),
             #[cfg(feature = "etcd")]
-            Service::Etcd(e) => Box::pin(e.status(keys)),
+            Service::Etcd(e) => Box::pin(e.status(lock)),
         }
     }
 
     /// Deletes a lock whoever holds it; returns the owners and hold counts it had.
     pub(crate) fn force_unlock<'a>(
         &'a self,
-        keys: &'a Arc<LockKeys>,
+        lock: &'a Arc<LockName>,
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
         match self {
             #[cfg(feature = "redis")]
-            Service::Redis(r) => Box::pin(r.force_unlock(keys)),
+            Service::Redis(r) => Box::pin(r.force_unlock(lock)),
             #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => Box::pin(z.force_unlock(keys)),
+            Service::ZooKeeper(z) => Box::pin(z.force_unlock(lock)),
             #[cfg(feature = "etcd")]
-            Service::Etcd(e) => Box::pin(e.force_unlock(keys)),
+            Service::Etcd(e) => Box::pin(e.force_unlock(lock)),
         }
     }
 }

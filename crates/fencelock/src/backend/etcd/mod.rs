@@ -27,7 +27,7 @@ use super::{Acquired, Ctx, Held, LockRequest, RawStatus, Released, Wait};
 use crate::background::Background;
 use crate::error::{Error, InputError};
 use crate::lease::{Hold, LeaseState, Renewal};
-use crate::name::LockKeys;
+use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::Renewals;
 
@@ -133,7 +133,7 @@ impl Etcd {
         let hold = &lease.hold;
         self.current
             .now()
-            .give_back(&hold.keys.name, &hold.owner, Some(hold.id))
+            .give_back(&hold.lock.name, &hold.owner, Some(hold.id))
             .await
     }
 
@@ -143,20 +143,20 @@ impl Etcd {
             (self.current.now(), lease.clone(), ctx.background.clone());
         ctx.background.finish(async move {
             let hold = &lease.hold;
-            let given = inner.give_back(&hold.keys.name, &hold.owner, Some(hold.id)).await;
+            let given = inner.give_back(&hold.lock.name, &hold.owner, Some(hold.id)).await;
             if let Err(e) = given {
                 background.failed();
-                tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the key is deleted again in the background until it is gone or the lease ends");
+                tracing::warn!(lock = %hold.lock.name, error = %e, "background release failed; the key is deleted again in the background until it is gone or the lease ends");
             }
         });
     }
 
     pub(crate) async fn release_owner(
         &self,
-        keys: &Arc<LockKeys>,
+        lock: &Arc<LockName>,
         owner: &Arc<str>,
     ) -> Result<Released, Error> {
-        self.inner().await?.release_owner(&keys.name, owner).await
+        self.inner().await?.release_owner(&lock.name, owner).await
     }
 
     pub(crate) fn extend(&self) -> Result<Renewal, Error> {
@@ -176,15 +176,15 @@ impl Etcd {
         })
     }
 
-    pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
-        self.inner().await?.status(&keys.name).await
+    pub(crate) async fn status(&self, lock: &Arc<LockName>) -> Result<RawStatus, Error> {
+        self.inner().await?.status(&lock.name).await
     }
 
     pub(crate) async fn force_unlock(
         &self,
-        keys: &Arc<LockKeys>,
+        lock: &Arc<LockName>,
     ) -> Result<Vec<(String, u64)>, Error> {
-        self.inner().await?.force_unlock(&keys.name).await
+        self.inner().await?.force_unlock(&lock.name).await
     }
 }
 
@@ -328,7 +328,7 @@ impl Inner {
         request: &LockRequest<'_>,
         wait: Wait,
     ) -> Result<Acquired, Error> {
-        let name = &request.keys.name;
+        let name = &request.lock.name;
         let started = self.holdings.start(
             self.session.is_live(),
             self.alive(name),
@@ -382,7 +382,7 @@ impl Inner {
         mut attempt: Attempt,
         outcome: Result<Option<i64>, Error>,
     ) -> Result<Acquired, Error> {
-        let name = &request.keys.name;
+        let name = &request.lock.name;
         match outcome {
             Ok(Some(revision)) => {
                 attempt.armed = false;
@@ -409,7 +409,7 @@ impl Inner {
         request: &LockRequest<'_>,
         wait: Wait,
     ) -> Result<Option<i64>, Error> {
-        let (name, owner) = (&request.keys.name, request.owner);
+        let (name, owner) = (&request.lock.name, request.owner);
         let fail = |f| self.fail(Some(name), f);
         let dir = recipe::dir(&self.prefix, name);
         let created = loop {
@@ -454,7 +454,7 @@ impl Inner {
     /// Waits, behind the key `before`, for the queued key to be the lowest: its create
     /// revision then, or `None` past the deadline.
     async fn wait_turn(&self, q: &Queued<'_>, mut before: Entry) -> Result<Option<i64>, Error> {
-        let (name, owner) = (&q.request.keys.name, q.request.owner);
+        let (name, owner) = (&q.request.lock.name, q.request.owner);
         let (session, deadline) = (&self.session, q.wait.deadline());
         let fail = |f| self.fail(Some(name), f);
         loop {
@@ -514,7 +514,7 @@ impl Inner {
     /// A hold's lease: the client lease's TTL and deadline, never renewed by the watchdog.
     fn lease(&self, ctx: &Ctx, request: &LockRequest<'_>, token: u64) -> Arc<LeaseState> {
         let hold = Hold {
-            keys: request.keys.clone(),
+            lock: request.lock.clone(),
             owner: request.owner.clone(),
             lease: self.session.ttl,
             renew: false,
@@ -538,7 +538,7 @@ impl Inner {
         revision: i64,
         slot: Option<Slot>,
     ) -> Result<Held, Error> {
-        let name = &request.keys.name;
+        let name = &request.lock.name;
         let token = u64::try_from(revision)
             .ok()
             .filter(|t| *t > 0)

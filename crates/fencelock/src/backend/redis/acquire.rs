@@ -12,13 +12,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::engine::{AcquireReply, Attempt, Queueing};
+use super::keys::LockKeys;
 use super::server::ReplicaAcks;
 use super::waiters::Ticket;
 use super::RedisFamily;
 use crate::backend::{Ctx, Held};
 use crate::error::{Error, Result};
 use crate::lease::{Hold, LeaseState};
-use crate::name::LockKeys;
+use crate::name::LockName;
 
 /// The longest a waiter's place in the server's queue lasts without being renewed (locks
 /// renewed by the watchdog; a fixed lease is its own window).
@@ -28,6 +29,9 @@ const PLACE_WINDOW: Duration = Duration::from_secs(5);
 pub(crate) struct Ask<'a> {
     pub(crate) family: &'a RedisFamily,
     pub(crate) ctx: &'a Ctx,
+    /// The lock's name, which its holds keep.
+    pub(crate) lock: &'a Arc<LockName>,
+    /// Its keys.
     pub(crate) keys: &'a Arc<LockKeys>,
     pub(crate) owner: &'a Arc<str>,
     pub(crate) lease: Duration,
@@ -87,26 +91,13 @@ impl Ask<'_> {
             ask: self,
             armed: Some(Place { attempt: id, sent }),
         };
-        let abandoned = self.ctx.abandoned.pending(self.keys, self.owner);
-        let attempt = Attempt {
-            keys: self.keys.clone(),
-            owner: self.owner.clone(),
-            lease_ms: self.lease.as_millis() as u64,
-            id,
-            valid_until: self.ctx.watchdog.deadline(sent, self.lease),
-            acks: self.acks,
-            queueing,
-            listener: queueing
-                .join
-                .map(|_| self.family.waiters.client_id().clone()),
-            abandoned,
-        };
+        let attempt = self.attempt(id, sent, queueing);
         let reply = self.family.engine.acquire(&attempt).await;
         if reply.is_ok() {
             // The script ran to its end: the attempts given up that it carried are given
             // back. (An error may have stopped it before; they stay recorded.)
             let abandoned = &self.ctx.abandoned;
-            abandoned.settle(self.keys, self.owner, &attempt.abandoned);
+            abandoned.settle(&self.keys.name, self.owner, &attempt.abandoned);
         }
         match reply {
             Ok(AcquireReply::Acquired { token, count }) => {
@@ -146,6 +137,24 @@ impl Ask<'_> {
         }
     }
 
+    /// The terms of attempt `id`, sent at `sent`: it carries the attempts of this owner given
+    /// up before, for the script to give back first.
+    fn attempt(&self, id: u64, sent: Instant, queueing: Queueing) -> Attempt {
+        Attempt {
+            keys: self.keys.clone(),
+            owner: self.owner.clone(),
+            lease_ms: self.lease.as_millis() as u64,
+            id,
+            valid_until: self.ctx.watchdog.deadline(sent, self.lease),
+            acks: self.acks,
+            queueing,
+            listener: queueing
+                .join
+                .map(|_| self.family.waiters.client_id().clone()),
+            abandoned: self.ctx.abandoned.pending(&self.keys.name, self.owner),
+        }
+    }
+
     /// RedLock servers that granted a minority: their holds go before the caller tries again,
     /// not in the background, so that no server holds a grant this owner does not keep. If
     /// this fails, the next attempt carries the id (see `abandoned`), and the lease ends it.
@@ -154,7 +163,7 @@ impl Ask<'_> {
         if let Err(e) = engine.release(self.keys, self.owner, Some(id)).await {
             tracing::debug!(lock = %self.keys.name, error = %e, "undoing a failed attempt");
             let abandoned = &self.ctx.abandoned;
-            abandoned.add(self.keys, self.owner, id, self.lease);
+            abandoned.add(&self.keys.name, self.owner, id, self.lease);
         }
     }
 
@@ -172,7 +181,7 @@ impl Ask<'_> {
     fn held_until(&self, id: u64, times: (Instant, Instant), token: u64, count: u64) -> Held {
         let watchdog = &self.ctx.watchdog;
         let hold = Hold {
-            keys: self.keys.clone(),
+            lock: self.lock.clone(),
             owner: self.owner.clone(),
             lease: self.lease,
             renew: self.renew,

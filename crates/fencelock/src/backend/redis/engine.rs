@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use super::redlock::RedLock;
 use super::server::{RedisBackend, ReplicaAcks};
+use crate::backend::redis::keys::LockKeys;
 use crate::backend::RawStatus;
 use crate::backend::Released;
 use crate::error::Error;
 use crate::lease::{LeaseState, Renewal};
-use crate::name::LockKeys;
 
 /// The outcome of one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use self::acquire::{Ask, Attempted};
 use self::engine::{Engine, ReleaseSink};
+use self::keys::LockKeys;
 use self::redlock::RedLock;
 use self::server::{RedisBackend, ReplicaAcks};
 use self::waiters::WaitRegistry;
@@ -21,7 +22,7 @@ use crate::backend::RawStatus;
 use crate::background::Background;
 use crate::error::{Error, InputError};
 use crate::lease::{LeaseState, Renewal};
-use crate::name::LockKeys;
+use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::Renewals;
 use crate::watchdog::Watchdog;
@@ -31,6 +32,7 @@ mod announce;
 mod conn;
 mod distinct;
 mod engine;
+pub(crate) mod keys;
 mod redlock;
 mod released;
 pub(crate) mod server;
@@ -97,10 +99,12 @@ impl RedisFamily {
         request: &LockRequest<'_>,
         wait: Wait,
     ) -> Result<Acquired, Error> {
+        let keys = LockKeys::of(request.lock);
         let ask = Ask {
             family: self,
             ctx,
-            keys: request.keys,
+            lock: request.lock,
+            keys: &keys,
             owner: request.owner,
             lease: request.lease,
             renew: request.renew,
@@ -127,16 +131,16 @@ impl RedisFamily {
     ) -> Result<Released, Error> {
         let hold = &lease.hold;
         let _serial = lease.serial.lock().await;
-        self.engine
-            .release(&hold.keys, &hold.owner, Some(hold.id))
-            .await
+        let keys = LockKeys::of(&hold.lock);
+        self.engine.release(&keys, &hold.owner, Some(hold.id)).await
     }
 
     /// [`RedisFamily::release`] in the background.
     pub(crate) fn release_later(&self, ctx: &Ctx, lease: &Arc<LeaseState>) {
         let hold = &lease.hold;
-        let (keys, owner) = (&hold.keys, &hold.owner);
-        self.give_back_later(ctx, keys, owner, hold.id, hold.lease, Some(lease.clone()));
+        let keys = LockKeys::of(&hold.lock);
+        let owner = &hold.owner;
+        self.give_back_later(ctx, &keys, owner, hold.id, hold.lease, Some(lease.clone()));
     }
 
     /// Gives back the hold (or queue place) taken by attempt `id`, in the background: for code
@@ -153,7 +157,7 @@ impl RedisFamily {
         term: Duration,
         lease: Option<Arc<LeaseState>>,
     ) {
-        ctx.abandoned.add(keys, owner, id, term);
+        ctx.abandoned.add(&keys.name, owner, id, term);
         let (engine, abandoned) = (self.engine.clone(), ctx.abandoned.clone());
         let (keys, owner) = (keys.clone(), owner.clone());
         ctx.background.finish(async move {
@@ -166,7 +170,7 @@ impl RedisFamily {
             };
             match outcome {
                 Ok(released) => {
-                    abandoned.settle(&keys, &owner, &[id]);
+                    abandoned.settle(&keys.name, &owner, &[id]);
                     tracing::debug!(lock = %keys.name, ?released, id, "background release");
                 }
                 Err(e) => {
@@ -178,10 +182,10 @@ impl RedisFamily {
 
     pub(crate) async fn release_owner(
         &self,
-        keys: &Arc<LockKeys>,
+        lock: &Arc<LockName>,
         owner: &Arc<str>,
     ) -> Result<Released, Error> {
-        self.engine.release(keys, owner, None).await
+        self.engine.release(&LockKeys::of(lock), owner, None).await
     }
 
     pub(crate) async fn extend(
@@ -196,14 +200,14 @@ impl RedisFamily {
         self.engine.renew_batch(holds).await
     }
 
-    pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
-        self.engine.status(keys).await
+    pub(crate) async fn status(&self, lock: &Arc<LockName>) -> Result<RawStatus, Error> {
+        self.engine.status(&LockKeys::of(lock)).await
     }
 
     pub(crate) async fn force_unlock(
         &self,
-        keys: &Arc<LockKeys>,
+        lock: &Arc<LockName>,
     ) -> Result<Vec<(String, u64)>, Error> {
-        self.engine.force_unlock(keys).await
+        self.engine.force_unlock(&LockKeys::of(lock)).await
     }
 }

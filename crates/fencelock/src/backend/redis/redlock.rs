@@ -17,12 +17,12 @@ use tokio::time::Instant;
 
 use super::engine::{AcquireReply, Attempt, Queueing, ReleaseSink, RenewItem};
 use super::server::RedisBackend;
+use crate::backend::redis::keys::LockKeys;
 use crate::backend::RawStatus;
 use crate::backend::Released;
 use crate::background::Background;
 use crate::error::{Error, ServerOutcome};
 use crate::lease::Renewal;
-use crate::name::LockKeys;
 use crate::options::ClientOptions;
 
 /// Several independent servers, one lock.
@@ -522,13 +522,12 @@ impl RedLock {
             .zip(errors)
             .zip(items.iter())
             .map(|((&r, error), hold)| {
-                let keys = &hold.hold.keys;
                 if r >= self.quorum {
                     Ok(Renewal::Renewed)
                 } else if let Some(error) = error {
                     // Unsure: the watchdog retries until the deadline.
                     Err(Error::Unavailable {
-                        lock: Some(keys.name.clone()),
+                        lock: Some(hold.hold.lock.name.clone()),
                         server: self.servers(),
                         detail: format!("renewal reached {r} of {n} servers: {error}"),
                     })
@@ -553,7 +552,7 @@ impl RedLock {
             }
             let lease = items[j].clone();
             let server = self.servers[i].clone();
-            tracing::debug!(lock = %lease.hold.keys.name, server = %server.server(), "re-taking a lock a server lost");
+            tracing::debug!(lock = %lease.hold.lock.name, server = %server.server(), "re-taking a lock a server lost");
             self.background.finish(async move {
                 let _serial = lease.serial.lock().await;
                 if lease.is_finished() {
@@ -561,7 +560,7 @@ impl RedLock {
                 }
                 let hold = &lease.hold;
                 let attempt = Attempt {
-                    keys: hold.keys.clone(),
+                    keys: LockKeys::of(&hold.lock),
                     owner: hold.owner.clone(),
                     lease_ms: hold.lease.as_millis() as u64,
                     id: hold.id,

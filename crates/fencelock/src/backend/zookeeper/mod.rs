@@ -30,7 +30,7 @@ use super::{Acquired, Ctx, Held, LockRequest, RawStatus, Released, Wait};
 use crate::background::Background;
 use crate::error::{Error, InputError};
 use crate::lease::{Hold, LeaseState, Renewal};
-use crate::name::LockKeys;
+use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::Renewals;
 
@@ -131,7 +131,7 @@ impl ZooKeeper {
         let hold = &lease.hold;
         let inner = self.now();
         inner
-            .give_back(&hold.keys.name, &hold.owner, Some(hold.id))
+            .give_back(&hold.lock.name, &hold.owner, Some(hold.id))
             .await
     }
 
@@ -140,20 +140,20 @@ impl ZooKeeper {
         let (inner, lease, background) = (self.now(), lease.clone(), ctx.background.clone());
         ctx.background.finish(async move {
             let hold = &lease.hold;
-            let given = inner.give_back(&hold.keys.name, &hold.owner, Some(hold.id)).await;
+            let given = inner.give_back(&hold.lock.name, &hold.owner, Some(hold.id)).await;
             if let Err(e) = given {
                 background.failed();
-                tracing::warn!(lock = %hold.keys.name, error = %e, "background release failed; the node is deleted again in the background until it is gone or the session ends");
+                tracing::warn!(lock = %hold.lock.name, error = %e, "background release failed; the node is deleted again in the background until it is gone or the session ends");
             }
         });
     }
 
     pub(crate) async fn release_owner(
         &self,
-        keys: &Arc<LockKeys>,
+        lock: &Arc<LockName>,
         owner: &Arc<str>,
     ) -> Result<Released, Error> {
-        self.inner().await?.release_owner(&keys.name, owner).await
+        self.inner().await?.release_owner(&lock.name, owner).await
     }
 
     pub(crate) fn extend(&self) -> Result<Renewal, Error> {
@@ -173,15 +173,15 @@ impl ZooKeeper {
         })
     }
 
-    pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
-        self.inner().await?.status(&keys.name).await
+    pub(crate) async fn status(&self, lock: &Arc<LockName>) -> Result<RawStatus, Error> {
+        self.inner().await?.status(&lock.name).await
     }
 
     pub(crate) async fn force_unlock(
         &self,
-        keys: &Arc<LockKeys>,
+        lock: &Arc<LockName>,
     ) -> Result<Vec<(String, u64)>, Error> {
-        self.inner().await?.force_unlock(&keys.name).await
+        self.inner().await?.force_unlock(&lock.name).await
     }
 }
 
@@ -382,7 +382,7 @@ impl Inner {
         request: &LockRequest<'_>,
         wait: Wait,
     ) -> Result<Acquired, Error> {
-        let name = &request.keys.name;
+        let name = &request.lock.name;
         let started = self.holdings.start(
             self.session.is_live(),
             self.alive(name),
@@ -429,33 +429,53 @@ impl Inner {
         }
     }
 
+    /// The attempt's node is gone while it waited.
+    fn vanished(&self, name: &str) -> Error {
+        Error::Unavailable {
+            lock: Some(name.to_owned()),
+            server: self.session.server.clone(),
+            detail: "the attempt's node vanished while it waited (session lost?)".into(),
+        }
+    }
+
+    /// Makes the attempt's node. On a folder this client last held alone, and still calm, the
+    /// create goes without the listing, and the attempt may hold the lock at once (see
+    /// `quiet`); otherwise the listing goes right behind the create.
+    async fn make(&self, attempt: &mut Attempt, request: &LockRequest<'_>) -> Result<Made, Error> {
+        let dir = &attempt.dir;
+        let taken = self.quiet.take(dir);
+        if taken.is_none() {
+            self.quiet.end(dir);
+        }
+        let list = taken.is_none();
+        let created = recipe::create(&self.session, dir, &attempt.guid, request.owner, list).await;
+        let (node, listed) = created.map_err(|e| self.fail(Some(&request.lock.name), e))?;
+        attempt.node = Some(node.path.clone());
+        if let Some(taken) = taken {
+            if taken.check(node.seq) {
+                return Ok(Made::Fast(node, taken));
+            }
+            // Dropped here, which ends the calm before the listing is sent.
+        }
+        Ok(Made::Queued(node, listed))
+    }
+
     /// Creates the attempt's node and waits for its turn: the node once it is the lowest (with
     /// what tells the holding of the queue's next change), or `None` when busy (no waiting)
-    /// or past the deadline. On a folder this client last held alone, and still calm, the
-    /// create goes without the listing (see `quiet`).
+    /// or past the deadline.
     async fn contend(
         &self,
         attempt: &mut Attempt,
         request: &LockRequest<'_>,
         wait: Wait,
     ) -> Result<Option<(Node, Signal)>, Error> {
-        let name = &request.keys.name;
+        let (node, mut listed) = match self.make(attempt, request).await? {
+            Made::Fast(node, taken) => return Ok(Some((node, Signal::Fast(taken)))),
+            Made::Queued(node, listed) => (node, listed),
+        };
+        let name = &request.lock.name;
         let fail = |e| self.fail(Some(name), e);
         let (session, dir) = (&self.session, &attempt.dir);
-        let taken = self.quiet.take(dir);
-        if taken.is_none() {
-            self.quiet.end(dir);
-        }
-        let list = taken.is_none();
-        let (node, mut listed) = recipe::create(session, dir, &attempt.guid, request.owner, list)
-            .await
-            .map_err(fail)?;
-        attempt.node = Some(node.path.clone());
-        if let Some(taken) = taken {
-            if taken.check(node.seq) {
-                return Ok(Some((node, Signal::Fast(taken))));
-            }
-        }
         let mut queued = Queued {
             name,
             owner: request.owner,
@@ -483,14 +503,7 @@ impl Inner {
                     return Ok(Some((node, Signal::Queue { watcher, alone })));
                 }
                 Some(Place::Behind { holder, before }) => (holder, before),
-                None => {
-                    return Err(Error::Unavailable {
-                        lock: Some(name.clone()),
-                        server: session.server.clone(),
-                        detail: "the attempt's node vanished while it waited (session lost?)"
-                            .into(),
-                    })
-                }
+                None => return Err(self.vanished(name)),
             };
             attempt.park(listing.watcher);
             match self.behind(&mut queued, &holder, &before).await? {
@@ -581,7 +594,7 @@ impl Inner {
     /// A hold's lease: the session's timeout and deadline, never renewed by the watchdog.
     fn lease(&self, ctx: &Ctx, request: &LockRequest<'_>, token: u64) -> Arc<LeaseState> {
         let hold = Hold {
-            keys: request.keys.clone(),
+            lock: request.lock.clone(),
             owner: request.owner.clone(),
             lease: self.session.timeout,
             renew: false,
@@ -603,7 +616,7 @@ impl Inner {
         node: Node,
         signal: Signal,
     ) -> Result<Held, Error> {
-        let name = &request.keys.name;
+        let name = &request.lock.name;
         let token = u64::try_from(node.czxid).map_err(|_| Error::Protocol {
             lock: Some(name.clone()),
             server: self.session.server.clone(),
@@ -691,6 +704,14 @@ impl Inner {
             }
         });
     }
+}
+
+/// An attempt's node as made.
+enum Made {
+    /// On the fast path: it holds the lock.
+    Fast(Node, Taken),
+    /// With the listing sent behind the create, if it could be read with it.
+    Queued(Node, Option<recipe::Listing>),
 }
 
 /// What tells a new holding of the queue's next change.

@@ -11,8 +11,8 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use super::super::conn::{self, ClusterConn, Node, SentinelConn};
 use super::scripts::Lua;
 use super::RedisBackend;
+use crate::backend::redis::keys::LockKeys;
 use crate::error::Error;
-use crate::name::LockKeys;
 
 /// Whether a request whose connection was lost on the way may be sent once more, on the fresh
 /// connection. A lost reply does not say whether the server ran the request.

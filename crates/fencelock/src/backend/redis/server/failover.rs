@@ -8,8 +8,8 @@ use super::exec::{Conn, Master};
 use super::RedisBackend;
 use crate::backend::redis::conn::SentinelConn;
 use crate::backend::redis::engine::Attempt;
+use crate::backend::redis::keys::LockKeys;
 use crate::error::Error;
-use crate::name::LockKeys;
 
 /// What an acquire attempt starts from: the stale holds it gives back first, and how many
 /// times the client had switched masters (0 when not through Sentinel).

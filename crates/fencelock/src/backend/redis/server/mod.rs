@@ -9,10 +9,10 @@ use std::time::Duration;
 use redis::{RedisError, Value};
 
 use super::engine::{AcquireReply, Attempt, ReleaseSink};
+use crate::backend::redis::keys::LockKeys;
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::lease::{LeaseState, Renewal};
-use crate::name::LockKeys;
 use crate::options::ClientOptions;
 
 use super::conn::{ClusterConn, Node, SentinelConn};
@@ -398,7 +398,7 @@ impl RedisBackend {
     fn extend_call(hold: &LeaseState, lease_ms: u64) -> redis::Cmd {
         let hold = &hold.hold;
         let mut call = evalsha(&scripts().extend, 1);
-        call.arg(&hold.keys.lock)
+        call.arg(&LockKeys::of(&hold.lock).lock)
             .arg(&*hold.owner)
             .arg(lease_ms)
             .arg(hold.id);
@@ -407,10 +407,10 @@ impl RedisBackend {
 
     /// Extends a hold's lease to at least `lease_ms` while the hold is live.
     pub(crate) async fn extend(&self, hold: &LeaseState, lease_ms: u64) -> Result<Renewal, Error> {
-        let keys = &hold.hold.keys;
+        let keys = LockKeys::of(&hold.hold.lock);
         self.note_lease(lease_ms);
         let call = Self::extend_call(hold, lease_ms);
-        let ttl: i64 = self.run(keys, &scripts().extend, &call).await?;
+        let ttl: i64 = self.run(&keys, &scripts().extend, &call).await?;
         Ok(renewal(ttl))
     }
 
@@ -424,15 +424,15 @@ impl RedisBackend {
         lease_ms: u64,
         acks: ReplicaAcks,
     ) -> Result<Renewal, Error> {
-        let keys = &hold.hold.keys;
+        let keys = LockKeys::of(&hold.hold.lock);
         let call = Self::extend_call(hold, lease_ms);
-        let (ttl, lent): (i64, _) = self.run_on_lent(keys, &scripts().extend, &call).await?;
+        let (ttl, lent): (i64, _) = self.run_on_lent(&keys, &scripts().extend, &call).await?;
         if ttl < 0 {
             lent.give_back(self);
             return Ok(Renewal::NotHeld);
         }
         let owner = &hold.hold.owner;
-        Box::pin(self.await_replicas(keys, lent, acks, owner, hold.hold.id)).await?;
+        Box::pin(self.await_replicas(&keys, lent, acks, owner, hold.hold.id)).await?;
         Ok(Renewal::Renewed)
     }
 
@@ -498,11 +498,11 @@ impl RedisBackend {
             .iter()
             .zip(replies)
             .map(|(hold, reply)| {
-                let keys = &hold.hold.keys;
+                let keys = LockKeys::of(&hold.hold.lock);
                 match reply {
                     Value::Int(ttl) => Ok(renewal(ttl)),
-                    Value::ServerError(e) => Err(self.error(Some(keys), e.into())),
-                    other => Err(self.protocol(keys, &format!("renewal replied {other:?}"))),
+                    Value::ServerError(e) => Err(self.error(Some(&keys), e.into())),
+                    other => Err(self.protocol(&keys, &format!("renewal replied {other:?}"))),
                 }
             })
             .collect())

@@ -1,0 +1,59 @@
+//! The Redis family's keys and channel of a lock, derived from its name once per lock handle.
+
+use std::sync::Arc;
+
+use crate::name::LockName;
+
+/// A lock's name and the Redis keys and channel derived from it. Every key shares the hash
+/// tag `{name}`, so that all of a lock's keys live in one Redis Cluster slot and a script may
+/// touch them together; the Redis family refuses names with braces, which would break the
+/// tag (other services accept them).
+#[derive(Debug)]
+pub(crate) struct LockKeys {
+    /// The name as the user gave it.
+    pub(crate) name: String,
+    /// The hash: owner id -> hold ids, plus the reserved fields `=token` and `=q`.
+    pub(crate) lock: String,
+    /// The fencing counter. It has no TTL so that tokens keep increasing across holders.
+    pub(crate) fence: String,
+    /// The channel that carries release notifications and handovers (`=grant ...`).
+    pub(crate) channel: String,
+    /// The wait queue: owners in arrival order, handed the lock by the release script.
+    pub(crate) queue: String,
+    /// Each queued owner's place: `attempt window_ms since_us lease_ms [client]`.
+    pub(crate) waiting: String,
+}
+
+impl LockKeys {
+    fn new(name: &str) -> Self {
+        let lock = format!("fencelock:{{{name}}}");
+        Self {
+            name: name.to_owned(),
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:released"),
+            queue: format!("{lock}:queue"),
+            waiting: format!("{lock}:waiting"),
+            lock,
+        }
+    }
+
+    /// The keys of lock `name`, made at the handle's first use and kept with it.
+    pub(crate) fn of(name: &LockName) -> Arc<Self> {
+        name.derived(Self::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_hash_tag() {
+        let keys = LockKeys::of(&LockName::new("orders:42").unwrap());
+        assert_eq!(keys.lock, "fencelock:{orders:42}");
+        assert_eq!(keys.fence, "fencelock:{orders:42}:fence");
+        assert_eq!(keys.channel, "fencelock:{orders:42}:released");
+        assert_eq!(keys.queue, "fencelock:{orders:42}:queue");
+        assert_eq!(keys.waiting, "fencelock:{orders:42}:waiting");
+    }
+}
