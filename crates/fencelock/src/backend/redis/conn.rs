@@ -95,6 +95,88 @@ pub(crate) fn push_handler(
     }
 }
 
+/// The lock channels a Redis Cluster subscriber connection is subscribed to. When redis-rs
+/// replaces a node's connection it subscribes that node's channels again in one `SSUBSCRIBE`,
+/// which Redis refuses when they span slots (CROSSSLOT): waiters on two locks of one master
+/// would then hear nothing until their bound. So after a disconnection they are subscribed
+/// again here, one `SSUBSCRIBE` per slot, before the waiters are woken.
+#[derive(Default)]
+pub(crate) struct ShardChannels {
+    sub: OnceLock<ClusterConnection>,
+    channels: Mutex<HashSet<String>>,
+}
+
+impl ShardChannels {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes channels being subscribed (before the command: a disconnection meanwhile
+    /// subscribes them again).
+    pub(crate) fn add(&self, channels: &[String]) {
+        self.set().extend(channels.iter().cloned());
+    }
+
+    /// Forgets channels being unsubscribed.
+    pub(crate) fn remove(&self, channels: &[String]) {
+        let mut set = self.set();
+        for channel in channels {
+            set.remove(channel);
+        }
+    }
+
+    /// The channels by slot.
+    fn by_slot(&self) -> Vec<Vec<String>> {
+        let mut groups: std::collections::HashMap<u16, Vec<String>> = Default::default();
+        for channel in self.set().iter() {
+            groups
+                .entry(slot(channel))
+                .or_default()
+                .push(channel.clone());
+        }
+        groups.into_values().collect()
+    }
+
+    /// Subscribes every channel again, one command per slot, each bounded by `bound`.
+    async fn resubscribe(&self, bound: Duration) {
+        let Some(sub) = self.sub.get() else { return };
+        for group in self.by_slot() {
+            let again = tokio::time::timeout(bound, sub.clone().ssubscribe(&group)).await;
+            if !matches!(again, Ok(Ok(()))) {
+                tracing::debug!(channels = ?group, "subscribing again after a disconnection failed");
+            }
+        }
+    }
+}
+
+/// [`push_handler`] for a Redis Cluster: after a disconnection, the channels are subscribed
+/// again slot by slot ([`ShardChannels`]) before the waiters are woken.
+fn cluster_push_handler(
+    sink: Weak<dyn ReleaseSink>,
+    channels: Weak<ShardChannels>,
+    bound: Duration,
+) -> impl Fn(PushInfo) -> Result<(), ()> + Send + Sync + 'static {
+    let forward = push_handler(sink.clone(), None, bound);
+    move |info: PushInfo| {
+        if info.kind != PushKind::Disconnection {
+            return forward(info);
+        }
+        let (Some(channels), Ok(runtime)) =
+            (channels.upgrade(), tokio::runtime::Handle::try_current())
+        else {
+            return forward(info);
+        };
+        let sink = sink.clone();
+        runtime.spawn(async move {
+            channels.resubscribe(bound).await;
+            if let Some(sink) = sink.upgrade() {
+                sink.disconnected();
+            }
+        });
+        Ok(())
+    }
+}
+
 pub(crate) fn manager_config(options: &ClientOptions) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(options.connect_timeout))
@@ -449,6 +531,9 @@ impl SentinelConn {
 pub(crate) struct ClusterConn {
     pub(crate) cmd: ClusterConnection,
     pub(crate) sub: ClusterConnection,
+    /// The subscriber connection's channels, subscribed again slot by slot after a
+    /// disconnection.
+    pub(crate) channels: Arc<ShardChannels>,
     pub(crate) name: String,
     /// Builds the cluster connections lent to acquisitions that wait for replicas.
     lender: ClusterClient,
@@ -485,15 +570,19 @@ impl ClusterConn {
         let lender = builder(redis::ProtocolVersion::RESP2)
             .response_timeout(crate::options::MAX_LEASE)
             .build()?;
+        let channels = Arc::new(ShardChannels::default());
+        let bound = options.request_bound();
         let sub = builder(redis::ProtocolVersion::RESP3)
             // The cluster connection reconnects a node's connection on its own.
-            .push_sender(push_handler(sink, None, options.request_bound()))
+            .push_sender(cluster_push_handler(sink, Arc::downgrade(&channels), bound))
             .build()?
             .get_async_connection()
             .await?;
+        let _ = channels.sub.set(sub.clone());
         Ok(Self {
             cmd,
             sub,
+            channels,
             name: format!("cluster {}", names.join(",")),
             lender,
             spare: Spare::new(),

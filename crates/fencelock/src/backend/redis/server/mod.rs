@@ -543,6 +543,7 @@ impl RedisBackend {
     pub(crate) async fn subscribe(&self, channels: &[String]) -> Result<(), Error> {
         let result = match &self.conn {
             Conn::Cluster(cluster) => {
+                cluster.channels.add(channels);
                 self.bounded(None, cluster.sub.clone().ssubscribe(channels))
                     .await?
             }
@@ -565,6 +566,7 @@ impl RedisBackend {
     pub(crate) async fn unsubscribe(&self, channels: &[String]) -> Result<(), Error> {
         let result = match &self.conn {
             Conn::Cluster(cluster) => {
+                cluster.channels.remove(channels);
                 self.bounded(None, cluster.sub.clone().sunsubscribe(channels))
                     .await?
             }
