@@ -140,6 +140,21 @@ impl Recorder {
     }
 }
 
+/// Makes `dir` ready for a run's event files: created if missing, and emptied of the
+/// `*.jsonl` files an earlier run left there. The recorders append (a respawned client goes
+/// on in its lane's file), so a report folder used twice would otherwise mix two runs'
+/// events, whose tokens and values start over: false violations.
+pub fn fresh_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().and_then(|e| e.to_str()) == Some("jsonl") {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
 /// Reads the events of every `*.jsonl` file in `dir`. A last line cut short by a kill is
 /// skipped.
 pub fn read_dir(dir: &Path) -> std::io::Result<Vec<Event>> {
@@ -233,6 +248,20 @@ mod tests {
         );
         let json = serde_json::to_string(&events[1]).unwrap();
         assert!(json.contains("\"event\":\"lost\""), "{json}");
+    }
+
+    #[test]
+    fn a_folder_used_again_starts_without_the_earlier_runs_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let earlier = Recorder::open(&dir.path().join("client-0.jsonl"), 0).unwrap();
+        earlier.record(Kind::AcquireCall { attempt: 1 });
+        std::fs::write(dir.path().join("report.html"), "kept").unwrap();
+        fresh_dir(dir.path()).unwrap();
+        assert!(read_dir(dir.path()).unwrap().is_empty());
+        assert!(dir.path().join("report.html").exists());
+        let again = Recorder::open(&dir.path().join("client-0.jsonl"), 0).unwrap();
+        again.record(Kind::AcquireCall { attempt: 1 });
+        assert_eq!(read_dir(dir.path()).unwrap().len(), 1);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::check::{check, Bounds, Verdict};
 use super::clients::{Fleet, Spec};
-use super::events::{now, read_dir, Event};
+use super::events::{fresh_dir, now, read_dir, Event};
 use super::faults::{inject, Injected, Planned, Target};
 use super::progress::Progress;
 use super::servers::Deployment;
@@ -97,8 +97,7 @@ pub async fn run(
     started: &Started,
     progress: &mut Progress,
 ) -> Result<RunReport, String> {
-    std::fs::create_dir_all(&spec.dir)
-        .map_err(|e| format!("cannot create {}: {e}", spec.dir.display()))?;
+    fresh_dir(&spec.dir).map_err(|e| format!("cannot prepare {}: {e}", spec.dir.display()))?;
     let lock = format!("verify-{}-{}", spec.name, spec.seed);
     let start = now();
     let until = start + spec.duration.as_nanos() as u64;
