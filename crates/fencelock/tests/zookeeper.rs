@@ -1523,3 +1523,58 @@ async fn a_forced_unlock_of_a_holding_taken_on_the_fast_path_fires_lost() {
     })
     .await;
 }
+
+/// Two owners of one client take turns on the fast path; then they and a second client
+/// contend, with pauses that leave the lock free now and then: acquires take the fast path,
+/// the listing, or wait, in every mix, and two holders never meet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn owners_of_one_client_and_another_client_never_hold_at_once() {
+    let zk = server();
+    within(60.0, "mixed", async {
+        let (a, b) = (client(&zk, 30_000).await, client(&zk, 10_000).await);
+        // One after the other, the two owners of one client share the fast path: the folder's
+        // calm is the client's, whichever owner made the last node.
+        let (first, second) = (
+            a.lock("mixed").with_owner("first"),
+            a.lock("mixed").with_owner("second"),
+        );
+        first.acquire().await.unwrap().release().await.unwrap();
+        let before = received(&zk);
+        for lock in [&second, &first, &second, &first] {
+            lock.acquire().await.unwrap().release().await.unwrap();
+        }
+        assert!(requests_since(&zk, before) <= 9, "not on the fast path");
+        let inside = Arc::new(AtomicBool::new(false));
+        let locks = [
+            a.lock("mixed").with_owner("first"),
+            a.lock("mixed").with_owner("second"),
+            b.lock("mixed"),
+        ];
+        let mut tasks = Vec::new();
+        for (i, lock) in locks.into_iter().enumerate() {
+            let inside = inside.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut last = 0;
+                for round in 0..15u64 {
+                    let g = lock.acquire().await.expect("acquire");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
+                    assert!(g.fencing_token() > last);
+                    last = g.fencing_token();
+                    tokio::time::sleep(Duration::from_millis(1 + (round + i as u64) % 3)).await;
+                    inside.store(false, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                    // Now and then nobody wants the lock for a while: the next acquire of
+                    // whoever comes first may take the fast path.
+                    if (round + i as u64).is_multiple_of(4) {
+                        tokio::time::sleep(Duration::from_millis(15)).await;
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("worker");
+        }
+        assert!(children(&zk, "mixed").await.is_empty());
+    })
+    .await;
+}
