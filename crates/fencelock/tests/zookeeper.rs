@@ -1346,6 +1346,14 @@ fn received(server: &ZooKeeperServer) -> u64 {
         .expect("zk_packets_received in mntr")
 }
 
+/// `n` acquire + release pairs, one after the other (the first of a session lists the queue
+/// and leaves the folder calm for the next).
+async fn pairs(lock: &fencelock::Lock, n: usize) {
+    for _ in 0..n {
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+}
+
 /// A raw client's ephemeral lock node in `/fencelock/{name}`, named as Curator names them:
 /// the lock is held by it while it is the lowest.
 async fn raw_node(zk: &zookeeper_client::Client, name: &str) -> String {
@@ -1404,16 +1412,12 @@ async fn other_nodes_between_pairs_end_the_fast_path() {
             .await
             .unwrap();
         let lock = a.lock("others");
-        for _ in 0..2 {
-            lock.acquire().await.unwrap().release().await.unwrap();
-        }
+        pairs(&lock, 2).await;
         let held = b.lock("others").acquire().await.unwrap();
         assert!(lock.try_acquire().await.unwrap().is_err(), "two holders");
         let token = held.fencing_token();
         held.release().await.unwrap();
-        for _ in 0..2 {
-            lock.acquire().await.unwrap().release().await.unwrap();
-        }
+        pairs(&lock, 2).await;
         let node = raw_node(&raw, "others").await;
         assert!(
             lock.try_acquire().await.unwrap().is_err(),
@@ -1439,9 +1443,7 @@ async fn a_folder_made_again_is_not_taken_for_calm() {
             .await
             .unwrap();
         let lock = a.lock("again");
-        for _ in 0..3 {
-            lock.acquire().await.unwrap().release().await.unwrap();
-        }
+        pairs(&lock, 3).await;
         // ZooKeeper numbers a child by the creates in its folder: the next is `creates`.
         let dir = "/fencelock/again";
         let (_, stat) = raw.get_children(dir).await.unwrap();
@@ -1492,9 +1494,7 @@ async fn a_forced_unlock_of_a_holding_taken_on_the_fast_path_fires_lost() {
         // A 30 s session: its probe (every quarter) stays out of the one-request count.
         let (a, b) = (client(&zk, 30_000).await, client(&zk, 10_000).await);
         let lock = a.lock("forced");
-        for _ in 0..2 {
-            lock.acquire().await.unwrap().release().await.unwrap();
-        }
+        pairs(&lock, 2).await;
         let before = received(&zk);
         let g = lock.acquire().await.unwrap();
         assert_eq!(requests_since(&zk, before), 1, "not taken on the fast path");
@@ -1502,9 +1502,7 @@ async fn a_forced_unlock_of_a_holding_taken_on_the_fast_path_fires_lost() {
         within(5.0, "lost() on the fast path", g.lost()).await;
         drop(g);
 
-        for _ in 0..2 {
-            lock.acquire().await.unwrap().release().await.unwrap();
-        }
+        pairs(&lock, 2).await;
         let g = lock.acquire().await.unwrap();
         let other = tokio::spawn({
             let lock = a.lock("forced").with_owner("second");

@@ -121,7 +121,7 @@ impl SlotState {
     }
 }
 
-/// One remembered folder. Its task (`Slot::ended`) reads the watch while the folder is calm
+/// One remembered folder. Its task (`Slot::poll_end`) reads the watch while the folder is calm
 /// or held on the fast path, and ends the slot at the first event.
 #[derive(Default)]
 pub(crate) struct Slot(Mutex<SlotState>);
@@ -149,8 +149,9 @@ impl Slot {
     }
 }
 
-/// A calm folder taken by an attempt: it holds the lock if [`Taken::confirm`] says so.
-/// Dropped unconfirmed (the create failed, or the future was dropped), the calm ends.
+/// A calm folder taken by an attempt: it holds the lock if [`Taken::check`] says so, and
+/// [`Taken::hold`] hands the watch to the holding. Dropped before that (the check failed,
+/// the create failed, or the future was dropped), the calm ends.
 pub(crate) struct Taken {
     slot: Arc<Slot>,
 }

@@ -498,11 +498,13 @@ impl RedisBackend {
             .iter()
             .zip(replies)
             .map(|(hold, reply)| {
-                let keys = LockKeys::of(&hold.hold.lock);
+                // The keys only name the lock in an error: not derived for a renewal that
+                // went through.
+                let keys = || LockKeys::of(&hold.hold.lock);
                 match reply {
                     Value::Int(ttl) => Ok(renewal(ttl)),
-                    Value::ServerError(e) => Err(self.error(Some(&keys), e.into())),
-                    other => Err(self.protocol(&keys, &format!("renewal replied {other:?}"))),
+                    Value::ServerError(e) => Err(self.error(Some(&keys()), e.into())),
+                    other => Err(self.protocol(&keys(), &format!("renewal replied {other:?}"))),
                 }
             })
             .collect())
