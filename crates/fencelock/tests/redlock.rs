@@ -606,3 +606,17 @@ async fn close_reports_late_grants_it_could_not_remove() {
     .await;
     assert_eq!(guard.release().await.unwrap(), Released::Released);
 }
+
+/// Issue 23 point 4, on RedLock: each server tells the holder's client of a forced unlock (the
+/// copies are heard once), and `lost()` fires at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_hears_of_a_forced_unlock_at_once() {
+    let servers = servers(3);
+    let holder = redlock(&servers, ClientOptions::default()).await;
+    let guard = holder.lock("forced").acquire().await.unwrap();
+    let admin = redlock(&servers, ClientOptions::default()).await;
+    admin.force_unlock("forced").await.unwrap();
+    within(1.0, "lost after the forced unlock", guard.lost()).await;
+    let reason = guard.lost_reason().unwrap();
+    assert!(reason.contains("forced unlock"), "{reason}");
+}
