@@ -352,6 +352,8 @@ async fn a_waiter_wakes_on_release_without_polling() {
     );
 
     let base = server.command_calls("evalsha");
+    // Each client subscribed its own channel when it connected.
+    let subscribed = server.command_calls("subscribe");
     let lock = waiter.lock("wake");
     let task = tokio::spawn(async move {
         let g = lock.acquire().await.unwrap();
@@ -361,7 +363,8 @@ async fn a_waiter_wakes_on_release_without_polling() {
     // The waiter's attempt, SUBSCRIBE, and one attempt more (a release between the first
     // attempt and the subscription must not be missed).
     eventually(5.0, "waiter subscribed", || {
-        server.command_calls("subscribe") == 1 && server.command_calls("evalsha") == base + 2
+        server.command_calls("subscribe") == subscribed + 1
+            && server.command_calls("evalsha") == base + 2
     })
     .await;
     let attempts_before = server.command_calls("evalsha");
@@ -389,6 +392,7 @@ async fn local_waiters_are_served_in_arrival_order() {
     let server = server();
     let client = client(&server).await;
     let guard = client.lock("fifo").acquire().await.unwrap();
+    let subscribed = server.command_calls("subscribe");
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..5 {
@@ -402,7 +406,10 @@ async fn local_waiters_are_served_in_arrival_order() {
         // Each joins the queue before the next starts (the first one subscribes; the others
         // queue behind it locally, without a command).
         if i == 0 {
-            eventually(5.0, "subscribed", || server.command_calls("subscribe") >= 1).await;
+            eventually(5.0, "subscribed", || {
+                server.command_calls("subscribe") > subscribed
+            })
+            .await;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

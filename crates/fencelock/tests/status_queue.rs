@@ -210,12 +210,18 @@ async fn redlock_status_has_no_waiters() {
     let holder = redlock(&servers, Default::default()).await;
     let guard = holder.lock("quorum").acquire().await.unwrap();
     let waiter = redlock(&servers, Default::default()).await;
+    // Each client subscribed its own channel when it connected.
+    let subscribed: Vec<u64> = servers
+        .iter()
+        .map(|s| s.command_calls("subscribe"))
+        .collect();
     let lock = waiter.lock("quorum");
     let task = tokio::spawn(async move { lock.acquire().await.unwrap() });
     eventually(5.0, "the waiter subscribed", || {
         servers
             .iter()
-            .filter(|s| s.command_calls("subscribe") >= 1)
+            .zip(&subscribed)
+            .filter(|(s, before)| s.command_calls("subscribe") > **before)
             .count()
             >= 2
     })
