@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::engine::{AcquireReply, Attempt, Queueing};
 use super::keys::LockKeys;
-use super::server::ReplicaAcks;
+use super::terms::{AcquireReply, Attempt, Queueing, ReplicaAcks};
 use super::waiters::Ticket;
 use super::RedisFamily;
 use crate::backend::{Ctx, Held};

@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::engine::{Engine, ReleaseSink};
+use super::engine::Engine;
 use super::keys::{client_channel, LockKeys};
+use super::terms::ReleaseSink;
 use crate::background::Background;
 use crate::error::Error;
 use crate::lease::Lost;

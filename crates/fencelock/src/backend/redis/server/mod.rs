@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{RedisError, Value};
 
-use super::engine::{AcquireReply, Attempt, ReleaseSink};
+use super::terms::{AcquireReply, Attempt, ReleaseSink, ReplicaAcks};
 use crate::backend::redis::keys::{LockKeys, CLIENT_CHANNELS};
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
@@ -32,13 +32,6 @@ pub(crate) struct RedisBackend {
     conn: Conn,
     server: String,
     request_bound: Duration,
-}
-
-/// Replication acknowledgement wanted after an acquire (`WAIT numreplicas timeout`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReplicaAcks {
-    pub(crate) replicas: u32,
-    pub(crate) timeout: Duration,
 }
 
 impl RedisBackend {
@@ -448,7 +441,7 @@ impl RedisBackend {
     /// ask for, else each hold's own.
     pub(crate) async fn renew_batch(
         &self,
-        items: &[super::engine::RenewItem],
+        items: &[super::terms::RenewItem],
         lease_ms: Option<u64>,
     ) -> Result<Vec<Result<Renewal, Error>>, Error> {
         let lease_of = |h: &LeaseState| lease_ms.unwrap_or(h.hold.lease.as_millis() as u64);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use crate::backend::redis::engine::AcquireReply;
+use crate::backend::redis::terms::AcquireReply;
 use crate::backend::RawStatus;
 use crate::lease::Renewal;
 
