@@ -179,7 +179,7 @@ async fn ghost_ahead(
     server
         .command(&["RPUSH", "fencelock:{ghosts}:queue", ghost])
         .unwrap();
-    let place = format!("{} 1000 {since}", since % 1000 + 1);
+    let place = format!("{} 1000 {since} 0badc0de", since % 1000 + 1);
     server
         .command(&["HSET", "fencelock:{ghosts}:waiting", ghost, &place])
         .unwrap();

@@ -20,7 +20,7 @@ pub(crate) struct LockKeys {
     pub(crate) channel: String,
     /// The wait queue: owners in arrival order, handed the lock by the release script.
     pub(crate) queue: String,
-    /// Each queued owner's place: `attempt window_ms since_us lease_ms [client]`.
+    /// Each queued owner's place: `attempt window_ms since_us client`.
     pub(crate) waiting: String,
 }
 

@@ -35,6 +35,7 @@ mod conn;
 mod distinct;
 mod engine;
 pub(crate) mod keys;
+mod places;
 mod redlock;
 mod released;
 pub(crate) mod server;

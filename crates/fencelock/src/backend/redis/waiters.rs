@@ -230,12 +230,11 @@ pub(crate) struct Grant {
     /// The holding's fencing token.
     pub(crate) token: u64,
     /// How long after the place was taken the server handed it over, in whole ms (rounded
-    /// down), when it gave the whole lease; `None`: it gave what was left of the place's
-    /// window (a place taken by an earlier version).
-    pub(crate) elapsed_ms: Option<u64>,
+    /// down); it gave one window from then.
+    pub(crate) elapsed_ms: u64,
 }
 
-/// `=grant <attempt> <token> [<elapsed_ms>]`: the release script handed the lock to the queue
+/// `=grant <attempt> <token> <elapsed_ms>`: the release script handed the lock to the queue
 /// place that `attempt` took.
 fn parse_grant(message: &[u8]) -> Option<Grant> {
     // Decimal as the scripts write it: digits only, no leading zero.
@@ -248,10 +247,7 @@ fn parse_grant(message: &[u8]) -> Option<Grant> {
     let mut parts = text.split(' ');
     let attempt = number(parts.next()?)?;
     let token = number(parts.next()?)?;
-    let elapsed_ms = match parts.next() {
-        Some(ms) => Some(number(ms)?),
-        None => None,
-    };
+    let elapsed_ms = number(parts.next()?)?;
     if parts.next().is_some() {
         return None;
     }
@@ -399,17 +395,14 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod fuzz {
     //! Release messages come from the server: any bytes parse without a panic, and only
-    //! `=grant <attempt> <token> [<elapsed_ms>]` with decimal `u64`s is a handover.
+    //! `=grant <attempt> <token> <elapsed_ms>` with decimal `u64`s is a handover.
 
     use proptest::prelude::*;
 
     use super::{parse_forced, parse_grant, Grant};
 
     fn text(g: Grant) -> String {
-        match g.elapsed_ms {
-            Some(ms) => format!("=grant {} {} {ms}", g.attempt, g.token),
-            None => format!("=grant {} {}", g.attempt, g.token),
-        }
+        format!("=grant {} {} {}", g.attempt, g.token, g.elapsed_ms)
     }
 
     proptest! {
@@ -430,7 +423,7 @@ mod fuzz {
         }
 
         #[test]
-        fn grants(attempt: u64, token: u64, elapsed_ms: Option<u64>, noise in "[ 0-9a-z=]{0,12}") {
+        fn grants(attempt: u64, token: u64, elapsed_ms: u64, noise in "[ 0-9a-z=]{0,12}") {
             let grant = Grant { attempt, token, elapsed_ms };
             let message = text(grant);
             prop_assert_eq!(parse_grant(message.as_bytes()), Some(grant));

@@ -164,7 +164,7 @@ pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
             _ => return Err(format!("status: queue entry {}", brief(pair))),
         };
         let place = place.map(|p| String::from_utf8_lossy(p));
-        status.waiters.push(crate::status::Waiter::from_place(
+        status.waiters.push(crate::backend::redis::places::waiter(
             String::from_utf8_lossy(owner).into_owned(),
             place.as_deref(),
             now_us,
