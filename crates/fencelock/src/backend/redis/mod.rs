@@ -64,6 +64,11 @@ impl RedisFamily {
             let (r, w) = RedLock::connect(urls, options, sink, background.clone()).await?;
             (Engine::RedLock(r), w)
         };
+        // A forced unlock tells the holders' clients on their own channels: a holder hears
+        // of it at once, not at its next renewal (a request at connect, none per acquire).
+        if let Err(e) = engine.listen_as_client(waiters.own_channel()).await {
+            tracing::debug!(error = %e, "subscribing the client's own channel failed");
+        }
         let family = Self {
             engine: Arc::new(engine),
             waiters,
