@@ -514,6 +514,23 @@ async fn a_failed_release_is_never_reentered() {
     .await;
 }
 
+/// `common::a_dropped_release_is_finished`. Failed before the fix: the release marked the
+/// holding closed and the delete was never sent again, so the key stayed under the live lease
+/// (nobody could take the lock while the client lived), or, when the delete did arrive, the
+/// client's slot for the lock stayed taken (its other handles waited forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_release_is_finished() {
+    let etcd = server();
+    let proxy = fencelock_testkit::TcpProxy::start(etcd.port()).expect("proxy");
+    let proxied = format!("etcd://{}", proxy.connect_string());
+    within(
+        60.0,
+        "dropped release",
+        common::a_dropped_release_is_finished(&proxied, &etcd.url(), &proxy),
+    )
+    .await;
+}
+
 /// The lease `lease` as the server has it: (remaining TTL, granted TTL) in seconds, a
 /// remaining TTL of -1 when there is no such lease (revoked or expired); read with a client of
 /// its own (not the library under test).
