@@ -187,14 +187,15 @@ impl Holdings {
         })
     }
 
-    /// The node `path` is gone without our delete (a forced unlock): its holds are lost.
-    /// Returns whether a holding was removed.
-    pub(crate) fn vanished(&self, name: &str, owner: &Arc<str>, path: &str) -> bool {
+    /// The holding of node `path` with `token` is gone without our delete (a forced unlock):
+    /// its holds are lost. Matched by its token too, never by the path alone: on etcd a newer
+    /// holding of the owner has the same key. Returns whether a holding was removed.
+    pub(crate) fn vanished(&self, name: &str, owner: &Arc<str>, path: &str, token: u64) -> bool {
         let key = (name.to_owned(), owner.clone());
         let holding = {
             let mut map = self.map();
             match map.get(&key) {
-                Some(h) if h.path == path && !h.closing => map.remove(&key),
+                Some(h) if h.path == path && h.token == token && !h.closing => map.remove(&key),
                 _ => None,
             }
         };
