@@ -30,6 +30,17 @@ EXIT STATUS:
   79                      the lock was lost while PROGRAM ran; PROGRAM was stopped
   126 / 127               PROGRAM could not be executed / was not found";
 
+/// The exit status that stands for a program's: its own code, or 128+N when signal N killed
+/// it (as shells report it).
+pub fn program_status(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.saturating_add(sig as u8),
+        (None, None) => CANNOT_EXECUTE,
+    }
+}
+
 /// The exit code for a library error.
 pub fn for_error(e: &Error) -> u8 {
     match e {

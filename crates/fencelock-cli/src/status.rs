@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
+use crate::args::LockName;
 use crate::exit;
 use crate::{init_logging, Connection};
 
@@ -14,8 +15,8 @@ use crate::{init_logging, Connection};
 pub struct StatusArgs {
     #[command(flatten)]
     conn: Connection,
-    /// The lock name.
-    name: String,
+    #[command(flatten)]
+    lock: LockName,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -26,8 +27,8 @@ pub struct StatusArgs {
 pub struct UnlockArgs {
     #[command(flatten)]
     conn: Connection,
-    /// The lock name.
-    name: String,
+    #[command(flatten)]
+    lock: LockName,
     /// Required: delete the lock whoever holds it. Its holder, if alive, learns of it at its
     /// next renewal; waiters are woken at once.
     #[arg(long, required = true)]
@@ -51,7 +52,7 @@ pub async fn status(args: StatusArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let status = match client.status(&args.name).await {
+    let status = match client.status(args.lock.get()).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("fencelock: {e}");
@@ -113,7 +114,7 @@ pub async fn status(args: StatusArgs) -> u8 {
             None => println!("  never taken"),
         }
     }
-    if args.conn.url.len() > 1 {
+    if args.conn.urls().len() > 1 {
         println!("  waiters:         not tracked (RedLock keeps no wait queue)");
     } else {
         print_waiters(&status.waiters);
@@ -174,7 +175,7 @@ fn round_ms(d: Duration) -> Duration {
 /// Runs `fencelock unlock --force`.
 pub async fn unlock(args: UnlockArgs) -> u8 {
     debug_assert!(args.force, "clap requires --force");
-    if let Err(e) = fencelock::validate_name(&args.name) {
+    if let Err(e) = fencelock::validate_name(args.lock.get()) {
         eprintln!("fencelock: {e}");
         return exit::USAGE;
     }
@@ -183,7 +184,7 @@ pub async fn unlock(args: UnlockArgs) -> u8 {
         Err(code) => return code,
     };
     if !args.yes {
-        let held = match client.status(&args.name).await {
+        let held = match client.status(args.lock.get()).await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("fencelock: {e}");
@@ -191,20 +192,20 @@ pub async fn unlock(args: UnlockArgs) -> u8 {
             }
         };
         if !held.held {
-            println!("lock {:?} is not held; nothing to remove", args.name);
+            println!("lock {:?} is not held; nothing to remove", args.lock.get());
             return 0;
         }
         let owners: Vec<String> = held.owners.iter().map(|(o, _)| o.clone()).collect();
         if !std::io::stdin().is_terminal() {
             eprintln!(
                 "fencelock: refusing to delete lock {:?} without --yes (stdin is not a terminal)",
-                args.name
+                args.lock.get()
             );
             return exit::USAGE;
         }
         eprint!(
             "Delete lock {:?} held by {}? [y/N] ",
-            args.name,
+            args.lock.get(),
             owners.join(", ")
         );
         let _ = std::io::stderr().flush();
@@ -219,21 +220,21 @@ pub async fn unlock(args: UnlockArgs) -> u8 {
             return 1;
         }
     }
-    let result = client.force_unlock(&args.name).await;
+    let result = client.force_unlock(args.lock.get()).await;
     // With RedLock, let the deletion reach every server before exiting.
     if let Err(e) = client.close().await {
         eprintln!("fencelock: warning: {e}");
     }
     match result {
         Ok(removed) if removed.is_empty() => {
-            println!("lock {:?} was not held; nothing removed", args.name);
+            println!("lock {:?} was not held; nothing removed", args.lock.get());
             0
         }
         Ok(removed) => {
             for (owner, count) in removed {
                 println!(
                     "removed lock {:?} held by {owner} (hold count {count}); waiters woken",
-                    args.name
+                    args.lock.get()
                 );
             }
             0

@@ -397,7 +397,7 @@ async fn unlock_force_removes_a_stale_lock_and_wakes_a_waiter() {
 async fn bad_flags_and_urls_give_usage_and_configuration_errors() {
     let server = RedisServer::start().unwrap();
     let cases: [(&[&str], i32, &str); 8] = [
-        (&["run", "--", "true"], USAGE, "--key"),
+        (&["run", "--", "true"], USAGE, "missing PROGRAM"),
         (&["run", "--key", "k"], USAGE, "PROGRAM"),
         (
             &["run", "--key", "k", "--wait", "soon", "--", "true"],
