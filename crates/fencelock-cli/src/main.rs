@@ -1,10 +1,28 @@
 //! `fencelock`: run a program while holding a distributed lock, inspect locks, clear stale ones,
 //! and a demo that shows why it is safe.
 
+/// `println!` that does not panic when stdout is a closed pipe (`fencelock status x | true`):
+/// the line is dropped, as other Unix tools stop writing.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` that does not panic when stdout is a closed pipe; see `outln!`.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod args;
 mod demo;
 mod duration;
 mod exit;
+mod explain;
 mod procs;
 mod run;
 mod status;

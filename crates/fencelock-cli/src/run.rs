@@ -191,11 +191,6 @@ impl Signals {
     }
 }
 
-fn fail(e: &Error) -> u8 {
-    eprintln!("fencelock: {e}");
-    exit::for_error(e)
-}
-
 /// Runs `fencelock run`; returns the exit status.
 pub async fn run(args: RunArgs) -> u8 {
     let args = match args.resolve() {
@@ -211,12 +206,12 @@ pub async fn run(args: RunArgs) -> u8 {
         }
     };
     if let Err(e) = fencelock::validate_name(&args.key) {
-        return fail(&e.into());
+        return crate::explain::report(&e.into(), &args.conn);
     }
     let client = tokio::select! {
         c = args.conn.connect(args.lease) => match c {
             Ok(c) => c,
-            Err(e) => return fail(&e),
+            Err(e) => return crate::explain::report(&e, &args.conn),
         },
         sig = signals.next() => return 128 + sig as u8,
     };
@@ -271,7 +266,7 @@ async fn hold_and_run(client: &fencelock::Client, args: &Job, signals: &mut Sign
         r = acquire(&lock, args) => match r {
             Ok(Some(guard)) => guard,
             Ok(None) => return args.conflict_exit_code,
-            Err(e) => return fail(&e),
+            Err(e) => return crate::explain::report(&e, &args.conn),
         },
         sig = signals.next() => {
             // The dropped attempt may have reached the server. The owner id is this process's

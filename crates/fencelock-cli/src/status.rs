@@ -40,10 +40,9 @@ pub struct UnlockArgs {
 
 async fn connect(conn: &Connection) -> Result<fencelock::Client, u8> {
     init_logging(conn.verbose);
-    conn.connect(Duration::from_secs(30)).await.map_err(|e| {
-        eprintln!("fencelock: {e}");
-        exit::for_error(&e)
-    })
+    conn.connect(Duration::from_secs(30))
+        .await
+        .map_err(|e| crate::explain::report(&e, conn))
 }
 
 /// Runs `fencelock status`.
@@ -54,10 +53,7 @@ pub async fn status(args: StatusArgs) -> u8 {
     };
     let status = match client.status(args.lock.get()).await {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("fencelock: {e}");
-            return exit::for_error(&e);
-        }
+        Err(e) => return crate::explain::report(&e, &args.conn),
     };
     let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
     if args.json {
@@ -89,33 +85,33 @@ pub async fn status(args: StatusArgs) -> u8 {
             "last_token": status.last_token,
             "waiters": waiters,
         });
-        println!("{out}");
+        outln!("{out}");
         return 0;
     }
     if status.held {
-        println!("lock {:?} is held", status.name);
+        outln!("lock {:?} is held", status.name);
         for (owner, count) in &status.owners {
-            println!("  owner:           {owner} (hold count {count})");
+            outln!("  owner:           {owner} (hold count {count})");
         }
         match status.remaining_lease {
-            Some(d) => println!(
+            Some(d) => outln!(
                 "  remaining lease: {}",
                 humantime::format_duration(round_ms(d))
             ),
-            None => println!("  remaining lease: no expiry"),
+            None => outln!("  remaining lease: no expiry"),
         }
         if let Some(token) = status.fencing_token {
-            println!("  fencing token:   {token}");
+            outln!("  fencing token:   {token}");
         }
     } else {
-        println!("lock {:?} is free", status.name);
+        outln!("lock {:?} is free", status.name);
         match status.last_token {
-            Some(token) => println!("  last fencing token: {token}"),
-            None => println!("  never taken"),
+            Some(token) => outln!("  last fencing token: {token}"),
+            None => outln!("  never taken"),
         }
     }
     if args.conn.urls().len() > 1 {
-        println!("  waiters:         not tracked (RedLock keeps no wait queue)");
+        outln!("  waiters:         not tracked (RedLock keeps no wait queue)");
     } else {
         print_waiters(&status.waiters);
     }
@@ -131,7 +127,7 @@ pub async fn status(args: StatusArgs) -> u8 {
 /// Documented in the README; tests parse it.
 fn print_waiters(waiters: &[fencelock::Waiter]) {
     if waiters.is_empty() {
-        println!("  waiters:         none");
+        outln!("  waiters:         none");
         return;
     }
     let unreadable = waiters.iter().filter(|w| w.unreadable.is_some()).count();
@@ -146,11 +142,11 @@ fn print_waiters(waiters: &[fencelock::Waiter]) {
     if unreadable > 0 {
         counts.push(format!("{unreadable} unreadable"));
     }
-    print!("  waiters:         {} in arrival order", waiters.len());
+    out!("  waiters:         {} in arrival order", waiters.len());
     if counts.is_empty() {
-        println!();
+        outln!();
     } else {
-        println!(" ({})", counts.join(", "));
+        outln!(" ({})", counts.join(", "));
     }
     let human = |d: Duration| humantime::format_duration(round_ms(d)).to_string();
     let width = waiters.iter().map(|w| w.owner.len()).max().unwrap_or(0);
@@ -164,7 +160,7 @@ fn print_waiters(waiters: &[fencelock::Waiter]) {
             ),
             None => format!("age {}, valid for {}", human(w.age), human(w.remaining)),
         };
-        println!("    {}. {:<width$}  {state}", i + 1, w.owner);
+        outln!("    {}. {:<width$}  {state}", i + 1, w.owner);
     }
 }
 
@@ -186,13 +182,10 @@ pub async fn unlock(args: UnlockArgs) -> u8 {
     if !args.yes {
         let held = match client.status(args.lock.get()).await {
             Ok(s) => s,
-            Err(e) => {
-                eprintln!("fencelock: {e}");
-                return exit::for_error(&e);
-            }
+            Err(e) => return crate::explain::report(&e, &args.conn),
         };
         if !held.held {
-            println!("lock {:?} is not held; nothing to remove", args.lock.get());
+            outln!("lock {:?} is not held; nothing to remove", args.lock.get());
             return 0;
         }
         let owners: Vec<String> = held.owners.iter().map(|(o, _)| o.clone()).collect();
@@ -227,21 +220,18 @@ pub async fn unlock(args: UnlockArgs) -> u8 {
     }
     match result {
         Ok(removed) if removed.is_empty() => {
-            println!("lock {:?} was not held; nothing removed", args.lock.get());
+            outln!("lock {:?} was not held; nothing removed", args.lock.get());
             0
         }
         Ok(removed) => {
             for (owner, count) in removed {
-                println!(
+                outln!(
                     "removed lock {:?} held by {owner} (hold count {count}); waiters woken",
                     args.lock.get()
                 );
             }
             0
         }
-        Err(e) => {
-            eprintln!("fencelock: {e}");
-            exit::for_error(&e)
-        }
+        Err(e) => crate::explain::report(&e, &args.conn),
     }
 }

@@ -1,0 +1,215 @@
+//! Every message says what to do (issue 23, points 5-14): the CLI's words for what went
+//! wrong, one way to name a lock, no panic on a closed pipe, the exit-code table.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+
+/// Point 6: a closed stdout pipe ends the command quietly, never with a panic (101).
+#[tokio::test]
+async fn a_closed_stdout_pipe_is_no_panic() {
+    let server = Server::start(Kind::Redis).await;
+    for args in [
+        &["status", "x"][..],
+        &["status", "x", "--json"],
+        &["--help"],
+    ] {
+        let mut child = server
+            .cli(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reading end closes before the command writes (`fencelock status x | true`).
+        drop(child.stdout.take());
+        let out = within(30, "exits", child.wait_with_output()).await.unwrap();
+        let (_, err) = text(&out);
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// Point 6: `fencelock demo | head -1`: the demo reads one line, then its stdout closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_piped_into_head_is_no_panic() {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = cli_at("redis://127.0.0.1:1", &["demo"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    within(60, "first line", lines.next_line()).await.unwrap();
+    drop(lines);
+    let out = within(120, "demo exits", child.wait_with_output())
+        .await
+        .unwrap();
+    let (_, err) = text(&out);
+    assert_ne!(out.status.code(), Some(101), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Point 9: NAME is positional for `run`, `status` and `unlock`; `--key NAME` still works;
+/// with FENCELOCK_URL set, no usage line shows `--url` as required.
+#[tokio::test]
+async fn name_is_positional_everywhere_and_key_an_alias() {
+    let server = Server::start(Kind::Redis).await;
+    let out = server
+        .output(&["run", "job", "--", "sh", "-c", "echo $FENCELOCK_KEY"])
+        .await;
+    assert_eq!(text(&out).0, "job\n", "{:?}", text(&out));
+    let out = server.output(&["run", "job", "echo", "hi"]).await;
+    assert_eq!(text(&out).0, "hi\n", "{:?}", text(&out));
+    let out = server
+        .output(&["run", "--key", "job", "--", "echo", "hi"])
+        .await;
+    assert_eq!(text(&out).0, "hi\n", "{:?}", text(&out));
+    let out = server.output(&["status", "--key", "job"]).await;
+    assert!(text(&out).0.contains("\"job\""), "{:?}", text(&out));
+    for args in [
+        &["run"][..],
+        &["run", "job"],
+        &["status"],
+        &["unlock", "--yes"],
+    ] {
+        let out = server.output(args).await;
+        assert_eq!(out.status.code(), Some(USAGE), "{args:?}");
+        let usage = text(&out).1;
+        assert!(usage.contains("Usage:"), "{args:?}: {usage}");
+        assert!(!usage.contains("--url"), "{args:?}: {usage}");
+    }
+    let out = server.output(&["run", "--help"]).await;
+    assert!(
+        text(&out).0.contains("fencelock run [OPTIONS] NAME"),
+        "{:?}",
+        text(&out)
+    );
+}
+
+/// Point 10: a Redis that needs a password says so and names the flag and the variable.
+#[tokio::test]
+async fn a_missing_password_names_the_flag() {
+    let server = fencelock_testkit::RedisServer::builder()
+        .config("requirepass", "s3cret")
+        .start()
+        .unwrap();
+    let out = cli_at(&server.url(), &["status", "x"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(CONNECTION));
+    let err = text(&out).1;
+    assert!(err.contains("needs a password"), "{err}");
+    assert!(
+        err.contains("--password") && err.contains("FENCELOCK_PASSWORD"),
+        "{err}"
+    );
+    assert!(!err.contains("NOAUTH") && !err.contains("HELLO"), "{err}");
+    let out = cli_at(&server.url(), &["status", "x", "--password", "nope"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(CONNECTION));
+    let err = text(&out).1;
+    assert!(err.contains("refused the password"), "{err}");
+    assert!(!err.contains("nope"), "{err}");
+}
+
+/// Point 10: a URL pointed at another kind of server, or at nothing, says so in the CLI's
+/// words (no parser, HTTP/2 or tonic text), with exit 69.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_at_the_wrong_server_or_at_nothing_says_so() {
+    let redis = Server::start(Kind::Redis).await;
+    let etcd = Server::start(Kind::Etcd).await;
+    let zk = Server::start(Kind::ZooKeeper).await;
+    let zk_addr = zk.url().trim_start_matches("zk://").to_string();
+    let free = fencelock_testkit::free_port().unwrap();
+    let redis_addr = redis.url().trim_start_matches("redis://").to_string();
+    let etcd_addr = etcd.url().trim_start_matches("etcd://").to_string();
+    let cases = [
+        (
+            format!("redis://{etcd_addr}"),
+            "does not answer as a Redis server",
+        ),
+        (
+            format!("etcd://{redis_addr}"),
+            "does not answer as an etcd server",
+        ),
+        (format!("redis://{zk_addr}"), "is it another kind of server"),
+        (format!("zk://{redis_addr}"), "is it a ZooKeeper server"),
+        (format!("etcd://{zk_addr}"), "is it another kind of server"),
+        (format!("zk://{etcd_addr}"), "is it a ZooKeeper server"),
+        (
+            format!("etcd://127.0.0.1:{free}"),
+            "is the etcd server running",
+        ),
+        (
+            format!("zk://127.0.0.1:{free}"),
+            "is the ZooKeeper server running",
+        ),
+        (
+            format!("redis://127.0.0.1:{free}"),
+            "is the Redis server running",
+        ),
+    ];
+    for (url, expected) in cases {
+        let out = within(60, "status", cli_at(&url, &["status", "x"]).output())
+            .await
+            .unwrap();
+        let err = text(&out).1;
+        assert_eq!(out.status.code(), Some(CONNECTION), "{url}: {err}");
+        assert!(err.contains(expected), "{url}: {err}");
+        for jargon in [
+            "Parse error",
+            "Unexpected",
+            "h2",
+            "tonic",
+            "GoAway",
+            "request bound",
+        ] {
+            assert!(!err.contains(jargon), "{url}: {err}");
+        }
+    }
+}
+
+/// Point 10: an even number of RedLock URLs is a configuration error (69), like every other
+/// unusable URL, and says how many were given.
+#[tokio::test]
+async fn an_even_number_of_redlock_urls_is_a_configuration_error() {
+    let a = fencelock_testkit::free_port().unwrap();
+    let b = fencelock_testkit::free_port().unwrap();
+    let (ua, ub) = (
+        format!("redis://127.0.0.1:{a}"),
+        format!("redis://127.0.0.1:{b}"),
+    );
+    let out = cli_at(&ua, &["status", "x", "--url", &ua, "--url", &ub])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(CONNECTION), "{:?}", text(&out));
+    assert!(
+        text(&out).1.contains("--url was given 2 times"),
+        "{:?}",
+        text(&out)
+    );
+}
+
+/// The exit-code table: PROGRAM not executable is 126, not found 127, a signal while
+/// waiting 128+N (the other codes have tests of their own: 64, 69, 75, 79 above and in
+/// run_safety.rs).
+#[tokio::test]
+async fn programs_that_cannot_run_give_126_and_127() {
+    let server = Server::start(Kind::Redis).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("not-executable");
+    std::fs::write(&plain, "echo hi\n").unwrap();
+    let out = server.output(&["run", "x", plain.to_str().unwrap()]).await;
+    assert_eq!(out.status.code(), Some(126), "{:?}", text(&out));
+    let out = server.output(&["run", "x", "/nonexistent/program"]).await;
+    assert_eq!(out.status.code(), Some(127), "{:?}", text(&out));
+    assert!(text(&out).1.contains("cannot run"), "{:?}", text(&out));
+    let _ = Duration::ZERO;
+}
