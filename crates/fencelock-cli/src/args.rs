@@ -81,11 +81,35 @@ impl Connection {
         }
     }
 
-    /// Connects to the URLs (several: RedLock).
-    pub async fn connect(&self, lease: Duration) -> Result<fencelock::Client, fencelock::Error> {
+    /// Connects to the URLs (several: RedLock), asking for `lease` (`--lease`), or for a
+    /// default one when the command has no `--lease`. Prints the problems the client found
+    /// that a user must see even without `-v` (a Redis that may evict lock keys, a lease the
+    /// service shortened), in the CLI's words.
+    pub async fn connect(
+        &self,
+        lease: Option<Duration>,
+    ) -> Result<fencelock::Client, fencelock::Error> {
         let urls = self.urls();
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-        fencelock::Client::connect_all_with(&urls, self.options(lease)).await
+        let options = self.options(lease.unwrap_or(Duration::from_secs(30)));
+        let client = fencelock::Client::connect_all_with(&urls, options).await?;
+        self.print_warnings(&client, lease.is_some());
+        Ok(client)
+    }
+
+    /// Prints the client's warnings (a command without `--lease` asked for no lease: the
+    /// warnings about it are left out).
+    fn print_warnings(&self, client: &fencelock::Client, lease: bool) {
+        for warning in client.warnings() {
+            // Lease warnings concern --lease; a command without it asked for no lease.
+            let about_lease = warning.contains("default_lease");
+            if lease || !about_lease {
+                eprintln!(
+                    "fencelock: warning: {}",
+                    warning.replace("ClientOptions::default_lease", "--lease")
+                );
+            }
+        }
     }
 }
 

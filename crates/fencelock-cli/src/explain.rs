@@ -29,7 +29,16 @@ const URL_HINT: &str = "check --url or FENCELOCK_URL (redis://, zk:// or etcd://
 
 /// Prints `e` as the CLI explains it; returns the exit code.
 pub fn report(e: &Error, conn: &Connection) -> u8 {
-    eprintln!("fencelock: {}", explain(e, conn));
+    eprintln!("fencelock: {}", explain(e, conn, false));
+    code(e)
+}
+
+/// [`report`] for an error on connecting: a server that answers, but not as the URL's
+/// service does, is another kind of server (the transport's own text, which names parsers,
+/// HTTP/2 frames or gRPC, is shown with `-v`).
+pub fn report_connect(e: &Error, conn: &Connection) -> u8 {
+    tracing::debug!(error = %e, "connecting failed");
+    eprintln!("fencelock: {}", explain(e, conn, true));
     code(e)
 }
 
@@ -45,7 +54,7 @@ pub fn code(e: &Error) -> u8 {
 }
 
 /// `e` in the CLI's words.
-pub fn explain(e: &Error, conn: &Connection) -> String {
+pub fn explain(e: &Error, conn: &Connection, connecting: bool) -> String {
     let urls = conn.urls();
     let service = service(urls.first().map_or("", String::as_str));
     let text = e.to_string();
@@ -83,7 +92,8 @@ pub fn explain(e: &Error, conn: &Connection) -> String {
         Error::Unavailable { server, .. }
         | Error::Protocol { server, .. }
         | Error::Server { server, .. }
-            if is_not_this_service(&text) =>
+            if is_not_this_service(&text)
+                || (connecting && !is_refused(&text) && !has(&["request bound"])) =>
         {
             format!(
                 "the server at {server} does not answer as {} server does: is it another \
@@ -134,4 +144,19 @@ fn is_refused(text: &str) -> bool {
     ]
     .iter()
     .any(|w| text.contains(w))
+}
+
+/// Why a lock was lost, in the words of the service it was on (the library's text for a
+/// passed deadline covers sessions too, which a Redis lock does not have).
+pub fn lost_reason(reason: Option<&str>, conn: &Connection) -> String {
+    let urls = conn.urls();
+    let service = service(urls.first().map_or("", String::as_str));
+    match reason {
+        Some(r) if r.starts_with("the deadline passed") && service == "Redis" => {
+            "the lease ran out without a successful renewal: the server was not heard from"
+                .to_string()
+        }
+        Some(r) => r.to_string(),
+        None => "the lease ran out".to_string(),
+    }
 }

@@ -145,7 +145,7 @@ pub fn usage_error(subcommand: &str, message: &str) -> u8 {
     exit::USAGE
 }
 
-/// Turns on `tracing` output to stderr for `--verbose`.
+/// Turns on `tracing` output to stderr for `--verbose` (`FENCELOCK_LOG` sets another filter).
 pub fn init_logging(verbose: bool) {
     if verbose {
         use std::io::IsTerminal;
@@ -153,9 +153,13 @@ pub fn init_logging(verbose: bool) {
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())
             .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_env("FENCELOCK_LOG")
-                    .unwrap_or_else(|_| "fencelock=debug,fencelock_cli=debug".into()),
+                tracing_subscriber::EnvFilter::try_from_env("FENCELOCK_LOG").unwrap_or_else(|_| {
+                    // fencelock's events (connect, acquire, renewals, release, loss), not the
+                    // plumbing below them (script loading).
+                    "fencelock=debug,fencelock::backend::redis::server::exec=info".into()
+                }),
             )
+            .with_target(false)
             .try_init();
     }
 }

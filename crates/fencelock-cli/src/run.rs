@@ -209,9 +209,9 @@ pub async fn run(args: RunArgs) -> u8 {
         return crate::explain::report(&e.into(), &args.conn);
     }
     let client = tokio::select! {
-        c = args.conn.connect(args.lease) => match c {
+        c = args.conn.connect(Some(args.lease)) => match c {
             Ok(c) => c,
-            Err(e) => return crate::explain::report(&e, &args.conn),
+            Err(e) => return crate::explain::report_connect(&e, &args.conn),
         },
         sig = signals.next() => return 128 + sig as u8,
     };
@@ -219,7 +219,8 @@ pub async fn run(args: RunArgs) -> u8 {
     // A RedLock release is decided by a majority; let it reach the other servers too before
     // this process exits, and say so if it could not.
     if let Err(e) = client.close().await {
-        eprintln!("fencelock: warning: {e}; a server may keep the lock until its lease ends");
+        // The error says what a server may keep, and until when.
+        eprintln!("fencelock: warning: {e}");
     }
     code
 }
@@ -405,7 +406,7 @@ async fn stop_after_loss(args: &Job, guard: Guard, program: &mut Program) -> u8 
     eprintln!(
         "fencelock: lock {:?} lost ({}); stopping PROGRAM (SIGTERM, then SIGKILL after {})",
         args.key,
-        guard.lost_reason().unwrap_or("lease expired"),
+        crate::explain::lost_reason(guard.lost_reason(), &args.conn),
         humantime::format_duration(args.kill_grace)
     );
     let _ = killpg(program.group, Signal::SIGTERM);

@@ -40,9 +40,9 @@ pub struct UnlockArgs {
 
 async fn connect(conn: &Connection) -> Result<fencelock::Client, u8> {
     init_logging(conn.verbose);
-    conn.connect(Duration::from_secs(30))
+    conn.connect(None)
         .await
-        .map_err(|e| crate::explain::report(&e, conn))
+        .map_err(|e| crate::explain::report_connect(&e, conn))
 }
 
 /// Runs `fencelock status`.

@@ -213,3 +213,96 @@ async fn programs_that_cannot_run_give_126_and_127() {
     assert!(text(&out).1.contains("cannot run"), "{:?}", text(&out));
     let _ = Duration::ZERO;
 }
+
+/// Point 5: a Redis whose `maxmemory-policy` can evict lock keys is a warning shown without
+/// `-v` (whatever its `maxmemory`).
+#[tokio::test]
+async fn an_evicting_redis_is_a_warning_without_verbose() {
+    let server = fencelock_testkit::RedisServer::builder()
+        .config("maxmemory-policy", "allkeys-lru")
+        .start()
+        .unwrap();
+    let out = cli_at(&server.url(), &["run", "x", "true"])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    let err = text(&out).1;
+    assert!(
+        err.contains("warning") && err.contains("maxmemory-policy"),
+        "{err}"
+    );
+}
+
+/// Point 5: a ZooKeeper session timeout below `--lease` is a warning shown without `-v`,
+/// naming `--lease` (not the library's option).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_lease_cut_short_is_a_warning_naming_the_flag() {
+    let server = Server::start(Kind::ZooKeeper).await;
+    let out = server.output(&["run", "--lease", "2h", "x", "true"]).await;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let err = text(&out).1;
+    assert!(err.contains("warning") && err.contains("--lease"), "{err}");
+    assert!(!err.contains("ClientOptions"), "{err}");
+}
+
+/// Point 14: `-v` shows fencelock's events (acquired, released), not script loading.
+#[tokio::test]
+async fn verbose_shows_fencelocks_events_not_script_loading() {
+    let server = Server::start(Kind::Redis).await;
+    let out = server.output(&["run", "-v", "x", "true"]).await;
+    let err = text(&out).1;
+    assert!(err.contains("acquired") && err.contains("release"), "{err}");
+    assert!(!err.contains("loading a script"), "{err}");
+}
+
+/// Point 14: `demo --workers 0` (or 1: no contention) is a usage error; `--shell` takes one
+/// command line, as `sh -c` does.
+#[tokio::test]
+async fn small_things_demo_workers_and_shell() {
+    let server = Server::start(Kind::Redis).await;
+    for workers in ["0", "1", "none"] {
+        let out = server.output(&["demo", "--workers", workers]).await;
+        assert_eq!(out.status.code(), Some(USAGE), "{:?}", text(&out));
+    }
+    let out = server
+        .output(&["run", "x", "--shell", "echo a; echo b"])
+        .await;
+    assert_eq!(text(&out).0, "a\nb\n", "{:?}", text(&out));
+    let out = server
+        .output(&["run", "x", "--shell", "echo a", "echo b"])
+        .await;
+    assert_eq!(out.status.code(), Some(USAGE), "{:?}", text(&out));
+    assert!(
+        text(&out).1.contains("one command line"),
+        "{:?}",
+        text(&out)
+    );
+}
+
+/// Point 14: a Redis lock lost for want of renewals (the server frozen) names no "session",
+/// which Redis locks do not have.
+#[tokio::test]
+async fn a_redis_loss_names_no_session() {
+    let server = fencelock_testkit::RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("started");
+    let body = format!("echo started > {}; sleep 30", file.display());
+    let runner = cli_at(
+        &server.url(),
+        &["run", "--lease", "1s", "x", "--shell", &body],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_for_file(&file).await;
+    server.pause();
+    let out = within(20, "runner exits", runner.wait_with_output())
+        .await
+        .unwrap();
+    server.resume();
+    assert_eq!(out.status.code(), Some(LOCK_LOST), "{:?}", text(&out));
+    let err = text(&out).1;
+    assert!(err.contains("lost"), "{err}");
+    assert!(!err.contains("session"), "{err}");
+}
