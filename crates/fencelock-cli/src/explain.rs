@@ -8,7 +8,7 @@ use crate::args::Connection;
 use crate::exit;
 
 /// The service a URL names, by its scheme.
-fn service(url: &str) -> &'static str {
+pub fn service(url: &str) -> &'static str {
     match url.split_once("://").map(|(scheme, _)| scheme) {
         Some("zk") => "ZooKeeper",
         Some("etcd") => "etcd",

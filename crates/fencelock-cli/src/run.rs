@@ -47,6 +47,11 @@ pub struct RunArgs {
     /// When the lock is lost, how long PROGRAM gets between SIGTERM and SIGKILL (up to 7d).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s")]
     kill_grace: Duration,
+    /// The owner id of the holding (default: one that names this host, this process's id,
+    /// PROGRAM and the start time, which `status` shows). Two processes given the same id
+    /// are one owner to the lock: the second re-enters it. Use with care.
+    #[arg(long, value_name = "ID")]
+    owner: Option<String>,
     /// PROGRAM is one command line, run by `sh -c` (as flock's -c).
     #[arg(long)]
     shell: bool,
@@ -77,6 +82,10 @@ pub struct Job {
     lease: Duration,
     conflict_exit_code: u8,
     kill_grace: Duration,
+    /// `--owner`, if given.
+    owner: Option<String>,
+    /// PROGRAM's name as the owner id shows it (with `--shell`, the line's first word).
+    program_name: String,
     /// The command to run: PROGRAM and its arguments, or `sh -c LINE`.
     program: Vec<String>,
 }
@@ -100,6 +109,12 @@ impl RunArgs {
                 None => return Err("missing the lock NAME and PROGRAM".into()),
             },
         };
+        let program_name = match self.shell {
+            true => program.first().and_then(|l| l.split_whitespace().next()),
+            false => program.first().map(String::as_str),
+        }
+        .unwrap_or("")
+        .to_string();
         let program: Vec<String> = match (self.shell, program.len()) {
             (_, 0) => return Err(format!("missing PROGRAM to run under lock {key:?}")),
             (true, 1) => vec!["sh".into(), "-c".into(), program[0].clone()],
@@ -119,6 +134,8 @@ impl RunArgs {
             lease: self.lease,
             conflict_exit_code: self.conflict_exit_code,
             kill_grace: self.kill_grace,
+            owner: self.owner,
+            program_name,
             program,
         })
     }
@@ -233,11 +250,9 @@ async fn acquire(lock: &fencelock::Lock, args: &Job) -> Result<Option<Guard>, Er
             Ok(guard) => Ok(Some(guard)),
             Err(busy) => {
                 eprintln!(
-                    "fencelock: lock {:?} is held by someone else (lease left: {})",
+                    "fencelock: lock {:?} is held by someone else{}",
                     args.key,
-                    busy.remaining_lease
-                        .map_or("no expiry".into(), |d| humantime::format_duration(d)
-                            .to_string())
+                    holder(lock, busy.remaining_lease).await
                 );
                 Ok(None)
             }
@@ -260,9 +275,36 @@ async fn acquire(lock: &fencelock::Lock, args: &Job) -> Result<Option<Guard>, Er
     }
 }
 
+/// Who holds `lock` and for how long, as far as its status says (one more request, on the
+/// conflict path only): ` (held by HOST, pid PID (PROGRAM), since …; lease left: 27s)`.
+async fn holder(lock: &fencelock::Lock, remaining: Option<Duration>) -> String {
+    let Ok(status) = lock.status().await else {
+        return String::new();
+    };
+    let mut facts: Vec<String> = status
+        .owners
+        .iter()
+        .filter_map(|(owner, _)| crate::owner::parse(owner))
+        .map(|origin| format!("held by {}", origin.describe()))
+        .collect();
+    if let Some(left) = remaining.or(status.remaining_lease) {
+        let left = Duration::from_millis(left.as_millis() as u64);
+        facts.push(format!("lease left: {}", humantime::format_duration(left)));
+    }
+    match facts.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", facts.join("; ")),
+    }
+}
+
 /// Acquires the lock, runs PROGRAM under it, releases it; returns the exit status.
 async fn hold_and_run(client: &fencelock::Client, args: &Job, signals: &mut Signals) -> u8 {
-    let lock = client.lock(&args.key);
+    let owner = match &args.owner {
+        Some(owner) => owner.clone(),
+        // PROGRAM's own name, not `sh` (--shell).
+        None => crate::owner::for_run(&args.program_name, client.id()),
+    };
+    let lock = client.lock(&args.key).with_owner(&owner);
     let guard = tokio::select! {
         r = acquire(&lock, args) => match r {
             Ok(Some(guard)) => guard,

@@ -306,3 +306,121 @@ async fn a_redis_loss_names_no_session() {
     assert!(err.contains("lost"), "{err}");
     assert!(!err.contains("session"), "{err}");
 }
+
+/// Points 7 and 8 on one service: `status` tells the truth (a free lock that issued tokens
+/// is not "never taken"; a session-bound lease is not "no expiry"; a waiter is not "valid
+/// for 0s"), says who holds the lock (host and pid of the `fencelock run`), lines its values
+/// up, exits 0 when held and 1 when free, and `--json` has the same facts; `--no-wait` says
+/// what `status` says.
+async fn status_tells_the_truth(kind: Kind) {
+    let server = Server::start(kind).await;
+    let out = server.output(&["run", "job", "true"]).await;
+    assert!(out.status.success(), "{:?}", text(&out));
+    let out = server.output(&["status", "job"]).await;
+    assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
+    let free = text(&out).0;
+    assert!(free.contains("is free"), "{free}");
+    if !matches!(kind, Kind::Redis) {
+        assert!(!free.contains("never taken"), "{free}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("started");
+    let body = format!("echo started > {}; sleep 30", file.display());
+    let holder = server
+        .cli(&["run", "job", "--shell", &body])
+        .spawn()
+        .unwrap();
+    let runner_pid = holder.id().unwrap();
+    wait_for_file(&file).await;
+    let _waiter = server.cli(&["run", "job", "true"]).spawn().unwrap();
+    let queued = async {
+        loop {
+            let out = server.output(&["status", "job", "--json"]).await;
+            let json: serde_json::Value = serde_json::from_str(&text(&out).0).unwrap();
+            if json["waiters"].as_array().is_some_and(|w| !w.is_empty()) {
+                return (out, json);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (out, json) = within(30, "a waiter queued", queued).await;
+    assert_eq!(out.status.code(), Some(0), "{json}");
+    assert_eq!(json["owners"][0]["origin"]["pid"], runner_pid, "{json}");
+    assert_eq!(json["owners"][0]["origin"]["program"], "echo", "{json}");
+    assert_eq!(json["waiters"][0]["expired"], false, "{json}");
+
+    let out = server.output(&["status", "job"]).await;
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let held = text(&out).0;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert!(
+        held.contains(&format!(
+            "held by:         {}, pid {runner_pid}",
+            host.trim()
+        )),
+        "{held}"
+    );
+    assert!(
+        !held.contains("no expiry") && !held.contains("valid for 0s"),
+        "{held}"
+    );
+    for l in held
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+    {
+        // The value starts in column 19, after the padded label.
+        assert!(l[..19].trim_end().ends_with(':'), "{held}");
+        assert!(!l[19..].starts_with(' '), "{held}");
+    }
+
+    let out = server.output(&["run", "-n", "job", "true"]).await;
+    assert_eq!(out.status.code(), Some(CONFLICT), "{:?}", text(&out));
+    let err = text(&out).1;
+    assert!(err.contains(&format!("pid {runner_pid}")), "{err}");
+    assert!(!err.contains("no expiry"), "{err}");
+    if !matches!(kind, Kind::ZooKeeper) {
+        assert!(err.contains("lease left: "), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn status_tells_the_truth_redis() {
+    status_tells_the_truth(Kind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_tells_the_truth_zookeeper() {
+    status_tells_the_truth(Kind::ZooKeeper).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_tells_the_truth_etcd() {
+    status_tells_the_truth(Kind::Etcd).await;
+}
+
+/// Point 8: `--owner ID` is the holding's owner id (Lock::with_owner), shown by `status`.
+#[tokio::test]
+async fn owner_sets_the_owner_id() {
+    let server = Server::start(Kind::Redis).await;
+    let out = server
+        .output(&[
+            "run",
+            "--owner",
+            "deploy-42",
+            "job",
+            env!("CARGO_BIN_EXE_fencelock"),
+            "status",
+            "job",
+        ])
+        .await;
+    assert!(
+        text(&out).0.contains("owner id:        deploy-42"),
+        "{:?}",
+        text(&out)
+    );
+    let out = server
+        .output(&["run", "--owner", "two words", "job", "true"])
+        .await;
+    assert_eq!(out.status.code(), Some(USAGE), "{:?}", text(&out));
+}
