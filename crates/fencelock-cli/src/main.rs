@@ -69,8 +69,9 @@ enum Command {
     DemoWorker(demo::WorkerArgs),
     /// Check what holds on a deployment under faults: client processes contend for a lock
     /// and write a fenced register while faults come on a seeded schedule; a checker reads
-    /// the history; a report (JSON, HTML) shows it. Exit status 0 only when every safety
-    /// check passed.
+    /// the history; a report (JSON, HTML) shows it. Exit status 0 when every safety check
+    /// passed with at least one fault taking effect, 1 on violations, 2 when inconclusive
+    /// (no fault happened: nothing was tested under faults).
     Verify(verify::VerifyArgs),
     /// One client of `fencelock verify`.
     #[command(hide = true)]

@@ -385,3 +385,27 @@ async fn bad_flags_are_usage_errors() {
     let out = verify(&["--clients", "0"], dir.path()).await;
     assert_eq!(out.status.code(), Some(USAGE));
 }
+
+/// Issue 23 point 11: a run in which no fault happened (etcd has no session-expiry fault:
+/// skipped) is inconclusive, exit 2, and says so; it never says "passed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_without_a_fault_is_inconclusive() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = verify(
+        &[
+            "--backend",
+            "etcd",
+            "--faults",
+            "session-expiry",
+            "--duration",
+            "5s",
+            "--no-control",
+        ],
+        dir.path(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("INCONCLUSIVE"), "{}", text(&out));
+    assert!(!text(&out).contains("passed"), "{}", text(&out));
+    assert_eq!(report(dir.path())["inconclusive"], true);
+}

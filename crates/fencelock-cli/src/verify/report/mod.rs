@@ -31,10 +31,18 @@ pub struct Report {
     pub liveness_bound_ms: u64,
     /// The fault schedule (the same for every run).
     pub schedule: Vec<Planned>,
+    /// No fault happened in the run: whatever the checks say, nothing was tested under
+    /// faults (exit status 2).
+    pub inconclusive: bool,
     /// Faults asked for that could not run, with the reason.
     pub skipped: Vec<Skipped>,
     /// The run, then its negative control.
     pub runs: Vec<RunReport>,
+}
+
+/// Whether no fault happened in `run` (none ran, or none took effect).
+pub fn inconclusive(run: &RunReport) -> bool {
+    !run.injected.iter().any(|i| i.happened)
 }
 
 /// Writes `report.json` and `report.html` into `dir`.
