@@ -97,20 +97,7 @@ async fn verify_with(
         tty: std::io::stdout().is_terminal(),
     });
     let mut deployment = start_servers(args, &faults, &progress).await?;
-    // Network faults find out only now whether this process may create namespaces.
-    for (fault, reason) in std::mem::take(&mut deployment.unavailable) {
-        faults.retain(|&f| f != fault);
-        skipped.push(faults::Skipped {
-            fault: fault.name(),
-            reason,
-        });
-    }
-    for s in &skipped {
-        progress.line(&format!(
-            "fencelock verify: skipped {}: {}",
-            s.fault, s.reason
-        ));
-    }
+    skip_unavailable(&mut deployment, &mut faults, &mut skipped, &progress);
     let lease = args.lease.unwrap_or(args.backend.default_lease());
     let bound = liveness_bound(lease, args.backend);
     let needed = faults::min_duration(&faults, lease);
@@ -168,6 +155,29 @@ async fn verify_with(
     report::write(&args.report, &report)
         .map_err(|e| (VIOLATIONS, format!("cannot write the report: {e}")))?;
     Ok(conclude(&report, &args.report, &progress))
+}
+
+/// Network faults find out only once the servers started whether this process may create
+/// namespaces: those that cannot run join the skipped ones; every skipped one is said.
+fn skip_unavailable(
+    deployment: &mut servers::Deployment,
+    faults: &mut Vec<Fault>,
+    skipped: &mut Vec<faults::Skipped>,
+    progress: &Progress,
+) {
+    for (fault, reason) in std::mem::take(&mut deployment.unavailable) {
+        faults.retain(|&f| f != fault);
+        skipped.push(faults::Skipped {
+            fault: fault.name(),
+            reason,
+        });
+    }
+    for s in skipped.iter() {
+        progress.line(&format!(
+            "fencelock verify: skipped {}: {}",
+            s.fault, s.reason
+        ));
+    }
 }
 
 /// The run, then its negative control (the same schedule without fencing) if asked.
