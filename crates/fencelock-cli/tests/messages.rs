@@ -424,3 +424,33 @@ async fn owner_sets_the_owner_id() {
         .await;
     assert_eq!(out.status.code(), Some(USAGE), "{:?}", text(&out));
 }
+
+/// The exit-code table: `unlock --force` not confirmed at its prompt exits 1 and deletes
+/// nothing; the prompt says who holds the lock (host and pid).
+#[tokio::test]
+async fn unlock_not_confirmed_exits_1_and_names_the_holder() {
+    let server = Server::start(Kind::Redis).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("started");
+    let body = format!("echo started > {}; sleep 30", file.display());
+    let holder = server
+        .cli(&["run", "job", "--shell", &body])
+        .spawn()
+        .unwrap();
+    wait_for_file(&file).await;
+    let (seen, code) = on_a_terminal(
+        &server,
+        "[y/N]",
+        "n\n",
+        "not deleted",
+        &["unlock", "--force", "job"],
+    )
+    .await;
+    assert_eq!(code, 1, "{seen}");
+    assert!(
+        seen.contains(&format!("pid {}", holder.id().unwrap())),
+        "{seen}"
+    );
+    let out = server.output(&["status", "job"]).await;
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+}

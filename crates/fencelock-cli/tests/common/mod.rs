@@ -141,3 +141,59 @@ pub async fn all_gone(pids: &[i32], limit: Duration) -> Duration {
 pub fn signal(pid: i32, signal: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
 }
+
+/// Drives `fencelock ARGS` on a pseudo-terminal (python's `pty`): waits for `expect_first`,
+/// types `input`, waits for `expect_then`; prints the exit status as the last line.
+const PTY_DRIVER: &str = r#"
+import os, pty, sys, time
+first, typed, then = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3].encode()
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[4], sys.argv[4:])
+seen = b""
+def wait_for(what):
+    global seen
+    deadline = time.time() + 20
+    while what not in seen:
+        if time.time() > deadline:
+            sys.exit("timed out waiting for %r; saw %r" % (what, seen))
+        try:
+            seen += os.read(fd, 1024)
+        except OSError:
+            sys.exit("terminal closed waiting for %r; saw %r" % (what, seen))
+wait_for(first)
+os.write(fd, typed)
+wait_for(then)
+_, status = os.waitpid(pid, 0)
+print(seen.decode(errors="replace"))
+print(os.waitstatus_to_exitcode(status))
+"#;
+
+pub async fn on_a_terminal(
+    server: &Server,
+    first: &str,
+    typed: &str,
+    then: &str,
+    args: &[&str],
+) -> (String, i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = dir.path().join("drive_terminal.py");
+    std::fs::write(&driver, PTY_DRIVER).unwrap();
+    let out = within(
+        40,
+        "the terminal session",
+        Command::new("python3")
+            .arg(&driver)
+            .args([first, typed, then, env!("CARGO_BIN_EXE_fencelock")])
+            .args(args)
+            .env("FENCELOCK_URL", server.url())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (seen, code) = stdout.trim_end().rsplit_once('\n').unwrap();
+    (seen.to_string(), code.trim().parse().unwrap())
+}
