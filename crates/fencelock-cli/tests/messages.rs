@@ -454,3 +454,38 @@ async fn unlock_not_confirmed_exits_1_and_names_the_holder() {
     let out = server.output(&["status", "job"]).await;
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
 }
+
+/// Point 13, and the one exit-code table: README states the facts a user must plan for (a
+/// fencing counter per lock name, tokens comparable within one service only, a token floor,
+/// the first commands install packages), shows the new command shapes, and its table has
+/// every code `run --help` lists.
+#[test]
+fn readme_states_the_facts_and_every_exit_code() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    for fact in [
+        "Every lock name leaves a fencing counter behind",
+        "Tokens are comparable only within one service",
+        "token floor",
+        "installs redis-server if missing",
+        "fencelock run [OPTIONS] NAME [--] PROGRAM [ARGS]...",
+        "`--key NAME`, the older",
+    ] {
+        assert!(readme.contains(fact), "README lacks {fact:?}");
+    }
+    for code in [
+        "| 64 |",
+        "| 69 |",
+        "| 75 |",
+        "| 79 |",
+        "| 126 / 127 |",
+        "| 0 / 1 / 2 |",
+        "| 0 / 1 |",
+        "| 128+N |",
+    ] {
+        assert!(
+            readme.contains(code),
+            "README's exit-code table lacks {code}"
+        );
+    }
+}
