@@ -274,3 +274,36 @@ async fn a_forced_unlock_stops_program_at_once_zookeeper() {
 async fn a_forced_unlock_stops_program_at_once_etcd() {
     a_forced_unlock_stops_program_at_once(Kind::Etcd).await;
 }
+
+/// Point 2: on loss, an interactive PROGRAM holding the terminal is still stopped (79).
+/// ZooKeeper: its holder hears of a forced unlock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_program_is_stopped_on_loss() {
+    let server = Server::start(Kind::ZooKeeper).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("started");
+    let body = format!(
+        "echo started > {}; printf 'name?'; read a; echo got $a",
+        file.display()
+    );
+    let unlock = async {
+        wait_for_file(&file).await;
+        let out = server
+            .output(&["unlock", "--force", "--yes", "tty-job"])
+            .await;
+        assert!(out.status.success(), "{:?}", text(&out));
+    };
+    let ((seen, code), ()) = futures_util::future::join(
+        on_a_terminal(
+            &server,
+            "name?",
+            "",
+            "lost",
+            &["run", "tty-job", "--shell", &body],
+        ),
+        unlock,
+    )
+    .await;
+    assert_eq!(code, LOCK_LOST, "{seen}");
+    assert!(!seen.contains("got"), "{seen}");
+}
