@@ -729,6 +729,37 @@ async fn the_lease_is_revoked_when_the_client_is_closed_or_dropped() {
     .await;
 }
 
+/// `Client::close` on the client's last handle returns once the lease is revoked (bounded by
+/// the request bound), not before: a program that exits right after it leaves no lease behind
+/// for a TTL. The client reaches the server through a slow link (300 ms each way), so a revoke
+/// left to the background is still on its way when `close` returns. Failed before the fix:
+/// `close` returned at once and the lease was still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn close_returns_once_the_lease_is_revoked() {
+    let etcd = server();
+    let eps = etcd.endpoints();
+    let proxy = fencelock_testkit::TcpProxy::start(etcd.port()).expect("proxy");
+    let proxied = format!("etcd://{}", proxy.connect_string());
+    within(30.0, "close revokes", async {
+        let a = client(&proxied, 30_000).await;
+        let held = a.lock("closing").acquire().await.unwrap();
+        let (_, _, lease) = keys(&eps, "closing").await.remove(0);
+        assert_eq!(held.release().await.unwrap(), Released::Released);
+        assert!(lease_ttl(&eps, lease).await.0 > 0, "the lease is live");
+        proxy.set_latency(Duration::from_millis(300));
+        let closing = Instant::now();
+        a.close().await.expect("close");
+        let took = closing.elapsed();
+        assert_eq!(
+            lease_ttl(&eps, lease).await.0,
+            -1,
+            "the lease is gone when close returns (after {took:?})"
+        );
+        assert!(took >= Duration::from_millis(600), "a round trip: {took:?}");
+    })
+    .await;
+}
+
 /// The guards of a lease that ended stay lost, and the release of each finds nothing
 /// (`NotHeld`), a re-entered lock's two guards included: neither says the lock is still held
 /// (`StillHeld`) when the client has no lease that could hold it.
