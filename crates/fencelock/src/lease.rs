@@ -46,7 +46,6 @@ pub(crate) enum Lost {
     #[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
     Session,
     /// The hold's node (key) was deleted by someone else (a forced unlock).
-    #[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
     Deleted,
 }
 

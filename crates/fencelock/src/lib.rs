@@ -42,6 +42,7 @@ mod watchdog;
 #[cfg(feature = "redis")]
 pub use redis;
 
+pub use backend::registry::{services, ServiceInfo};
 pub use backend::Released;
 pub use client::Client;
 #[cfg(feature = "redis")]

@@ -53,8 +53,8 @@ pub struct Waiter {
     /// [`Waiter::unreadable`].
     pub window: Duration,
     /// How long the place stays valid: `window - age`, zero once it ran out. A waiter handed
-    /// the lock now would first hold it for this long (then its watchdog renews it, or a
-    /// fixed lease is extended to the whole lease).
+    /// the lock while this is not zero holds it for one window from then, which its watchdog
+    /// renews to the whole lease (a fixed lease is its own window).
     pub remaining: Duration,
     /// The release script would skip this place: less than 2 ms of its window is left (the
     /// least it hands over), or the place is unreadable.

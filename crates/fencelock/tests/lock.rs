@@ -788,3 +788,23 @@ async fn a_restart_that_lost_the_lock_is_heard_at_once() {
     let other = client_with(&server, short_lease(30_000)).await;
     assert!(other.lock("restarted").try_acquire().await.unwrap().is_ok());
 }
+
+/// Issue 23 point 4: a holder hears of a forced unlock by another client at once (its
+/// client's own channel, subscribed on connect), not at its next renewal a third of the lease
+/// later, and `lost()` fires with the forced-unlock reason. Another holding of the same client
+/// is not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_hears_of_a_forced_unlock_at_once() {
+    let server = server();
+    let holder = client(&server).await;
+    let guard = holder.lock("forced").acquire().await.unwrap();
+    let kept = holder.lock("kept").acquire().await.unwrap();
+    let admin = client(&server).await;
+    let removed = admin.force_unlock("forced").await.unwrap();
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    within(1.0, "lost after the forced unlock", guard.lost()).await;
+    let reason = guard.lost_reason().unwrap();
+    assert!(reason.contains("forced unlock"), "{reason}");
+    assert!(kept.is_held());
+    assert_eq!(kept.release().await.unwrap(), Released::Released);
+}

@@ -356,10 +356,12 @@ impl Waiting<'_> {
     }
 
     /// The hold, if the release script handed the lock to our place: it is named by the
-    /// place's attempt. The server gave it the whole lease, `elapsed` after it took the
-    /// place: the deadline counts the lease from the request that took the place plus
-    /// `elapsed` (with the drift margin over both). A server script of an earlier version
-    /// gave what was left of the window counted from that request.
+    /// place's attempt. The server gave it one window, `elapsed` after it took the place:
+    /// the deadline counts the window from the request that took the place plus `elapsed`
+    /// (with the drift margin over both), and the watchdog renews it to the whole lease a
+    /// third into that window (a fixed lease is its own window: the whole lease at once). A
+    /// server script of an earlier version gave what was left of the window counted from that
+    /// request.
     async fn handed_over(&mut self) -> Result<Option<Held>> {
         let Some(taken) = self.place.armed else {
             return Ok(None);
@@ -374,8 +376,8 @@ impl Waiting<'_> {
             Some(ms) => {
                 let (watchdog, elapsed) = (&ask.ctx.watchdog, Duration::from_millis(ms));
                 let times = (
-                    watchdog.deadline(taken.sent, elapsed + ask.lease),
-                    watchdog.renew_at(taken.sent + elapsed, ask.lease),
+                    watchdog.deadline(taken.sent, elapsed + self.window),
+                    watchdog.renew_at(taken.sent + elapsed, self.window),
                 );
                 ask.held_until(taken.attempt, times, token, 1)
             }

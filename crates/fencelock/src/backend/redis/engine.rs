@@ -197,6 +197,17 @@ impl Engine {
         }
     }
 
+    /// Subscribes this client's own channel, where a forced unlock tells the holders'
+    /// clients (not on a Redis Cluster: see `keys::CLIENT_CHANNELS`). Once, on connect.
+    pub(crate) async fn listen_as_client(&self, channel: &str) -> Result<(), Error> {
+        let channels = [channel.to_owned()];
+        match self {
+            Engine::One(b) if b.hears_clients() => b.subscribe(&channels).await,
+            Engine::One(_) => Ok(()),
+            Engine::RedLock(r) => r.subscribe(&channels).await,
+        }
+    }
+
     pub(crate) async fn unsubscribe(&self, channels: &[String]) -> Result<(), Error> {
         match self {
             Engine::One(b) => b.unsubscribe(channels).await,

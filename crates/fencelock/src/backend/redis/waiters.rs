@@ -21,8 +21,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::engine::{Engine, ReleaseSink};
+use super::keys::{client_channel, LockKeys};
 use crate::background::Background;
 use crate::error::Error;
+use crate::lease::Lost;
 use crate::watchdog::Watchdog;
 
 /// How long a release channel stays subscribed after its last local waiter left: a lock that
@@ -62,8 +64,11 @@ pub(crate) struct WaitRegistry {
     /// The prefix of this client's owner ids: a lock's channel followed by `:<client id>` is
     /// this client's channel for the handovers to its places (which name the client id).
     client_id: Arc<str>,
+    /// This client's own channel, where a forced unlock names the holds it deleted.
+    own_channel: String,
     /// The client's watchdog, asked to renew every lease at once when a connection came back
-    /// or the master changed (see `ReleaseSink::server_changed`).
+    /// or the master changed (see `ReleaseSink::server_changed`), and whose leases a forced
+    /// unlock ends.
     watchdog: Weak<Watchdog>,
 }
 
@@ -73,7 +78,27 @@ impl WaitRegistry {
             channels: Mutex::default(),
             subscription: tokio::sync::Mutex::default(),
             client_id: client_id.into(),
+            own_channel: client_channel(client_id),
             watchdog,
+        }
+    }
+
+    /// This client's own channel (see `keys::CLIENT_CHANNELS`).
+    pub(crate) fn own_channel(&self) -> &str {
+        &self.own_channel
+    }
+
+    /// A forced unlock deleted these holds of the lock whose key is `key`: the leases of
+    /// this client among them are lost.
+    fn forced(&self, key: &str, holds: &[u64]) {
+        let Some(watchdog) = self.watchdog.upgrade() else {
+            return;
+        };
+        for lease in watchdog.leases() {
+            let hold = &lease.hold;
+            if holds.contains(&hold.id) && LockKeys::of(&hold.lock).lock == key {
+                lease.fire_lost(Lost::Deleted);
+            }
         }
     }
 
@@ -236,8 +261,25 @@ fn parse_grant(message: &[u8]) -> Option<Grant> {
     })
 }
 
+/// `=forced <lock key> <hold id> ...`, as force_unlock.lua tells a holder's client: the key
+/// (`fencelock:{name}`, whose name has no brace) and the holds it deleted.
+fn parse_forced(message: &[u8]) -> Option<(&str, Vec<u64>)> {
+    let text = std::str::from_utf8(message.strip_prefix(b"=forced ")?).ok()?;
+    let end = text.find('}')? + 1;
+    let (key, holds) = text.split_at(end);
+    let holds = holds.strip_prefix(' ')?;
+    let holds: Option<Vec<u64>> = holds.split(' ').map(|id| id.parse().ok()).collect();
+    Some((key, holds?))
+}
+
 impl ReleaseSink for WaitRegistry {
     fn released(&self, channel: &str, message: &[u8]) {
+        if channel == self.own_channel {
+            if let Some((key, holds)) = parse_forced(message) {
+                self.forced(key, &holds);
+            }
+            return;
+        }
         // A handover on this client's channel for the lock: the lock's channel is its prefix.
         let channel = channel
             .strip_suffix(&*self.client_id)
@@ -360,7 +402,7 @@ mod fuzz {
 
     use proptest::prelude::*;
 
-    use super::{parse_grant, Grant};
+    use super::{parse_forced, parse_grant, Grant};
 
     fn text(g: Grant) -> String {
         match g.elapsed_ms {
@@ -375,6 +417,15 @@ mod fuzz {
         #[test]
         fn any_message(message in prop::collection::vec(any::<u8>(), 0..64)) {
             let _ = parse_grant(&message);
+            let _ = parse_forced(&message);
+        }
+
+        #[test]
+        fn forced(name in "[^{}]{1,20}", holds in prop::collection::vec(any::<u64>(), 1..4)) {
+            let ids: Vec<String> = holds.iter().map(u64::to_string).collect();
+            let key = format!("fencelock:{{{name}}}");
+            let message = format!("=forced {key} {}", ids.join(" "));
+            prop_assert_eq!(parse_forced(message.as_bytes()), Some((key.as_str(), holds)));
         }
 
         #[test]

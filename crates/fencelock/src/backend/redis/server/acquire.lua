@@ -9,7 +9,8 @@
 --          (RedLock: every server of a majority should issue the same token)
 -- ARGV[5]: '' not to queue, or a place window in ms: when the lock is held, take (or renew)
 --          a place in the wait queue, valid for that long from now (the caller is subscribed
---          to the release channel and will be handed the lock, with its whole lease)
+--          to the release channel and will be handed the lock, for one window from then,
+--          which its watchdog renews)
 -- ARGV[6]: the attempt id of the caller's place in the queue, or '': a handover to it that the
 --          caller did not hear of (lost message) becomes this attempt's hold
 -- ARGV[7]: the release channel, ARGV[8]: 'S' to publish with SPUBLISH

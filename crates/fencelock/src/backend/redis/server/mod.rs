@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::{RedisError, Value};
 
 use super::engine::{AcquireReply, Attempt, ReleaseSink};
-use crate::backend::redis::keys::LockKeys;
+use crate::backend::redis::keys::{LockKeys, CLIENT_CHANNELS};
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::lease::{LeaseState, Renewal};
@@ -387,6 +387,12 @@ impl RedisBackend {
     }
 
     /// `'S'` when release messages go through sharded pub/sub.
+    /// Whether a script can publish on the clients' own channels (not on a Redis Cluster,
+    /// where such a channel lives in another slot than the lock).
+    pub(crate) fn hears_clients(&self) -> bool {
+        !matches!(self.conn, Conn::Cluster(_))
+    }
+
     fn publish_mode(&self) -> &'static str {
         match self.conn {
             Conn::Cluster(_) => "S",
@@ -530,7 +536,12 @@ impl RedisBackend {
             .arg(&keys.queue)
             .arg(&keys.waiting)
             .arg(&keys.channel)
-            .arg(self.publish_mode());
+            .arg(self.publish_mode())
+            .arg(if self.hears_clients() {
+                CLIENT_CHANNELS
+            } else {
+                ""
+            });
         // A second run would find no owners to report.
         let fields: Vec<(String, Value)> = self.run_as(Resend::Never, keys, script, &call).await?;
         Ok(fields

@@ -48,14 +48,17 @@ local function leave_queue(k, owner, id)
 end
 
 -- Ends a holding: hands the lock to the first place in the queue whose window has time left
--- (publishing '=grant <attempt> <token> <elapsed_ms>' to its client), or deletes it. The new holder gets its
--- whole lease from now, and `elapsed_ms` (the time since its place was taken, rounded down)
--- tells it how far its request lies behind the handover, so that its own deadline (measured
--- from sending that request, plus elapsed_ms, plus the lease) comes first. A place of an
--- earlier version (no lease) gets what is left of its window, and the message has no
--- elapsed_ms. A release message (`message`) is published only when someone may be waiting
--- for it: a waiter of this server's queue (`queued` > 0, all places past their windows), or
--- any subscriber when the server keeps no queue for the lock (`k.always`: RedLock).
+-- (publishing '=grant <attempt> <token> <elapsed_ms>' to its client), or deletes it. The new
+-- holder gets one window from now (never more than its lease): a waiter that died while
+-- queued costs the others at most that, while a live one renews to its whole lease (its
+-- watchdog, a third into the window; a fixed lease is its own window, so it gets the whole
+-- lease at once). `elapsed_ms` (the time since its place was taken, rounded down) tells it how
+-- far its request lies behind the handover, so that its own deadline (measured from sending
+-- that request, plus elapsed_ms, plus the window) comes first. A place of an earlier version
+-- (no lease) gets what is left of its window, and the message has no elapsed_ms. A release
+-- message (`message`) is published only when someone may be waiting for it: a waiter of this
+-- server's queue (`queued` > 0, all places past their windows), or any subscriber when the
+-- server keeps no queue for the lock (`k.always`: RedLock).
 -- `queued`: the queue's length; when it is not 0, `now` (the server's clock) and `token` (the
 -- next fencing token, planned from `now`): all read, and the counter checked, before any change.
 local function end_holding(k, queued, message, now, token)
@@ -76,7 +79,7 @@ local function end_holding(k, queued, message, now, token)
         redis.call('SET', k.fence, token)
         local grant = '=grant ' .. attempt .. ' ' .. token
         if lease then
-          left = lease
+          left = math.min(lease, tonumber(window))
           grant = grant .. ' ' .. math.max(math.floor((tonumber(now) - tonumber(since)) / 1000), 0)
         end
         if left_in_queue > 0 then
