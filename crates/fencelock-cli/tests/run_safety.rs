@@ -260,7 +260,6 @@ async fn a_forced_unlock_stops_program_at_once(kind: Kind) {
 }
 
 #[tokio::test]
-#[ignore = "needs Track R: a Redis holder hears of a forced unlock (issue 23 point 4)"]
 async fn a_forced_unlock_stops_program_at_once_redis() {
     a_forced_unlock_stops_program_at_once(Kind::Redis).await;
 }
