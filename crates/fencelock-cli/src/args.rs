@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-/// The URL used when neither `--url` nor `FENCELOCK_URL` gives one.
-pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+use crate::services::DEFAULT_URL;
 
 /// Where the lock service is.
 ///
@@ -15,16 +14,8 @@ pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 /// lines would then show `--url <URL>` as if it were required.
 #[derive(Args, Clone)]
 pub struct Connection {
-    /// Where the locks live [env: FENCELOCK_URL] [default: redis://127.0.0.1:6379]:
-    /// redis://host:6379[/db], redis+cluster://host:port,host:port,...,
-    /// redis+sentinel://host:port,host:port,.../master-name, ZooKeeper:
-    /// zk://host:port[,host:port...][/base/path] (the session timeout is the lease), or etcd:
-    /// etcd://[user@]host:port[,host:port...][/prefix] (the client's lease TTL is the lease,
-    /// in whole seconds). Give --url several times (an odd number of redis:// URLs) for
-    /// RedLock over independent servers.
-    // The text is also the --help text, where the URL forms' brackets are plain brackets.
-    #[allow(rustdoc::broken_intra_doc_links)]
-    #[arg(long, value_name = "URL")]
+    // Help text from the library's registry of services (`url_help`).
+    #[arg(long, value_name = "URL", help = "Where the locks live [env: FENCELOCK_URL]", long_help = crate::services::url_help())]
     url: Vec<String>,
     /// Server password (overrides one in the URL; never printed) [env: FENCELOCK_PASSWORD].
     #[arg(long)]

@@ -7,15 +7,6 @@ use fencelock::{Error, InputError};
 use crate::args::Connection;
 use crate::exit;
 
-/// The service a URL names, by its scheme.
-pub fn service(url: &str) -> &'static str {
-    match url.split_once("://").map(|(scheme, _)| scheme) {
-        Some("zk") => "ZooKeeper",
-        Some("etcd") => "etcd",
-        _ => "Redis",
-    }
-}
-
 /// "a Redis", "an etcd".
 fn a(service: &str) -> String {
     match service.starts_with(['a', 'e', 'i', 'o', 'u']) {
@@ -23,9 +14,6 @@ fn a(service: &str) -> String {
         false => format!("a {service}"),
     }
 }
-
-/// How to choose another service or server.
-const URL_HINT: &str = "check --url or FENCELOCK_URL (redis://, zk:// or etcd://)";
 
 /// Prints `e` as the CLI explains it; returns the exit code.
 pub fn report(e: &Error, conn: &Connection) -> u8 {
@@ -56,7 +44,7 @@ pub fn code(e: &Error) -> u8 {
 /// `e` in the CLI's words.
 pub fn explain(e: &Error, conn: &Connection, connecting: bool) -> String {
     let urls = conn.urls();
-    let service = service(urls.first().map_or("", String::as_str));
+    let service = crate::services::service(urls.first().map_or("", String::as_str));
     let text = e.to_string();
     let has = |words: &[&str]| words.iter().any(|w| text.contains(w));
     match e {
@@ -97,17 +85,20 @@ pub fn explain(e: &Error, conn: &Connection, connecting: bool) -> String {
         {
             format!(
                 "the server at {server} does not answer as {} server does: is it another \
-                 kind of server? {URL_HINT}",
-                a(service)
+                 kind of server? {}",
+                a(service),
+                crate::services::url_hint()
             )
         }
         Error::Unavailable { server, .. } if is_refused(&text) => format!(
-            "nothing answers at {server}: is the {service} server running there? {URL_HINT}"
+            "nothing answers at {server}: is the {service} server running there? {}",
+            crate::services::url_hint()
         ),
         Error::Unavailable { server, .. } if has(&["request bound"]) => format!(
             "the server at {server} did not answer in time: is it running, and is it {} \
-             server? {URL_HINT}",
-            a(service)
+             server? {}",
+            a(service),
+            crate::services::url_hint()
         ),
         _ => text.replace("request bound", "time limit"),
     }
@@ -150,7 +141,7 @@ fn is_refused(text: &str) -> bool {
 /// passed deadline covers sessions too, which a Redis lock does not have).
 pub fn lost_reason(reason: Option<&str>, conn: &Connection) -> String {
     let urls = conn.urls();
-    let service = service(urls.first().map_or("", String::as_str));
+    let service = crate::services::service(urls.first().map_or("", String::as_str));
     match reason {
         Some(r) if r.starts_with("the deadline passed") && service == "Redis" => {
             "the lease ran out without a successful renewal: the server was not heard from"

@@ -26,6 +26,7 @@ mod explain;
 mod owner;
 mod procs;
 mod run;
+mod services;
 mod show;
 mod status;
 mod supervise;

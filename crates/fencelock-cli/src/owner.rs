@@ -3,10 +3,11 @@
 //! question) can say who holds a lock. Every service already stores the owner id of each
 //! holding and lists it in its status, so no wire format changes.
 //!
-//! The id: `host=HOST,pid=PID,program=PROGRAM,since=UNIX_SECONDS,id=RANDOM` (at most 128
-//! bytes, no whitespace, as the library requires); HOST and PROGRAM keep only
-//! `[A-Za-z0-9._-]` and are cut short. RANDOM is the start of the client's random id, so that
-//! no two runs share an owner.
+//! The id: `CLIENT:HOST/PID/PROGRAM/UNIX_SECONDS` (at most 128 bytes, no whitespace, as the
+//! library requires); CLIENT is the client's random id (hex), so that no two runs share an
+//! owner, and so that a Redis forced unlock, which tells each holder's client on a channel
+//! named by the owner id's `<hex>:` prefix, reaches this one at once. HOST and PROGRAM keep
+//! only `[A-Za-z0-9._-]` and are cut short.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -49,44 +50,48 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
-/// The owner id for this process running `program`; `random` is the client's random id.
-pub fn for_run(program: &str, random: &str) -> String {
+/// The owner id for this process running `program`; `client` is the client's random id.
+pub fn for_run(program: &str, client: &str) -> String {
     let name = std::path::Path::new(program)
         .file_name()
         .map_or(program.into(), |n| n.to_string_lossy());
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let client: String = client
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(32)
+        .collect();
     format!(
-        "host={},pid={},program={},since={since},id={}",
-        clean(&host_name(), 40),
+        "{client}:{}/{}/{}/{since}",
+        clean(&host_name(), 36),
         std::process::id(),
         clean(&name, 24),
-        clean(&random.chars().take(12).collect::<String>(), 12)
     )
 }
 
 /// Reads an owner id made by [`for_run`]; `None` for any other id.
 pub fn parse(owner: &str) -> Option<Origin> {
-    let mut host = None;
-    let mut pid = None;
-    let mut program = None;
-    let mut since = None;
-    for field in owner.split(',') {
-        match field.split_once('=')? {
-            ("host", v) => host = Some(v.to_string()),
-            ("pid", v) => pid = v.parse().ok(),
-            ("program", v) => program = Some(v.to_string()),
-            ("since", v) => since = v.parse().ok().map(Duration::from_secs),
-            ("id", _) => {}
-            _ => return None,
-        }
+    let (client, rest) = owner.split_once(':')?;
+    if client.is_empty() || !client.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut fields = rest.split('/');
+    let (host, pid, program, since) = (
+        fields.next()?,
+        fields.next()?.parse().ok()?,
+        fields.next()?,
+        fields.next()?.parse().ok()?,
+    );
+    if fields.next().is_some() {
+        return None;
     }
     Some(Origin {
-        host: host?,
-        pid: pid?,
-        program: program?,
-        since: UNIX_EPOCH + since?,
+        host: host.to_string(),
+        pid,
+        program: program.to_string(),
+        since: UNIX_EPOCH + Duration::from_secs(since),
     })
 }
 
@@ -131,9 +136,11 @@ mod tests {
         let origin = parse(&owner).unwrap();
         assert_eq!(origin.pid, std::process::id());
         assert_eq!(origin.program, "back_up.sh");
-        assert!(owner.ends_with(",id=0123456789ab"), "{owner}");
+        // The client's id first: a Redis forced unlock finds the holder's client by it.
+        assert!(owner.starts_with("0123456789abcdef0123:"), "{owner}");
         assert!(parse("f7c39331d895ccd96a978104e36f86a6:1").is_none());
-        let long = for_run(&"x".repeat(300), &"y".repeat(300));
+        assert!(parse("deploy-42").is_none());
+        let long = for_run(&"x".repeat(300), &"f".repeat(300));
         assert!(long.len() <= 128, "{long}");
     }
 }

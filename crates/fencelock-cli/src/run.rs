@@ -183,11 +183,13 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// SIGINT, SIGTERM and SIGHUP, as one stream.
+/// SIGINT, SIGTERM and SIGHUP, as one stream; and SIGCONT, which only a running PROGRAM's
+/// group is told of.
 struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    cont: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -196,14 +198,26 @@ impl Signals {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
             hup: signal(SignalKind::hangup())?,
+            cont: signal(SignalKind::from_raw(nix::libc::SIGCONT))?,
         })
     }
 
+    /// The next SIGINT, SIGTERM or SIGHUP.
     async fn next(&mut self) -> Signal {
         tokio::select! {
             _ = self.int.recv() => Signal::SIGINT,
             _ = self.term.recv() => Signal::SIGTERM,
             _ = self.hup.recv() => Signal::SIGHUP,
+        }
+    }
+
+    /// The next SIGINT, SIGTERM, SIGHUP or SIGCONT.
+    async fn next_or_cont(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.term.recv() => Signal::SIGTERM,
+            _ = self.hup.recv() => Signal::SIGHUP,
+            _ = self.cont.recv() => Signal::SIGCONT,
         }
     }
 }
@@ -333,10 +347,7 @@ async fn hold_and_run(client: &fencelock::Client, args: &Job, signals: &mut Sign
         tokio::select! {
             status = program.child.wait() => break status,
             _ = guard.lost() => return stop_after_loss(args, guard, &mut program).await,
-            sig = signals.next() => {
-                tracing::debug!(%sig, "forwarding to PROGRAM's process group");
-                let _ = killpg(program.group, sig);
-            }
+            sig = signals.next_or_cont() => program.forward(sig),
         }
     };
     let code = program.ended(status);
@@ -425,6 +436,16 @@ impl Program {
                 exit::CANNOT_EXECUTE
             }
         }
+    }
+
+    /// Passes a signal this process got on to PROGRAM's group. SIGCONT (the shell's `fg`
+    /// after Ctrl-Z stopped the job) also hands the terminal back to PROGRAM's group.
+    fn forward(&self, sig: Signal) {
+        tracing::debug!(%sig, "forwarding to PROGRAM's process group");
+        if sig == Signal::SIGCONT && self.terminal {
+            crate::supervise::give_foreground(self.group);
+        }
+        let _ = killpg(self.group, sig);
     }
 
     /// Makes this process's group the terminal's foreground group again.

@@ -29,7 +29,7 @@ pub enum Service {
 impl Service {
     /// The service of these URLs.
     pub fn of(urls: &[String]) -> Service {
-        match crate::explain::service(urls.first().map_or("", String::as_str)) {
+        match crate::services::service(urls.first().map_or("", String::as_str)) {
             "ZooKeeper" => Service::ZooKeeper,
             "etcd" => Service::Etcd,
             _ if urls.len() > 1 => Service::RedLock,

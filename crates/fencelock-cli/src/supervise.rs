@@ -33,6 +33,12 @@
 //!   so the kernel allows it), so that an interactive PROGRAM can read the terminal and
 //!   Ctrl-C reaches it; the runner takes the terminal back when the supervisor has ended.
 //!
+//! - **Ctrl-Z** stops PROGRAM (the supervisor catches SIGTSTP); the supervisor then gives the
+//!   terminal back to the runner's group and stops it (SIGSTOP), so that the shell sees its
+//!   job stopped; `fg` continues the runner, which hands the terminal to PROGRAM's group again
+//!   and continues it. The lease is not renewed while the runner is stopped: a job stopped
+//!   past its lease loses the lock, and PROGRAM is stopped (79) when it is continued.
+//!
 //! The supervisor exits with PROGRAM's status, or 128+N when PROGRAM was killed by signal N,
 //! and 126/127 when PROGRAM could not be executed / was not found.
 //!
@@ -47,7 +53,8 @@ use std::process::Command;
 use clap::Args;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::sys::signal::{killpg, pthread_sigmask, SigSet, SigmaskHow, Signal};
-use nix::unistd::{getpgrp, tcsetpgrp};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{getpgid, getpgrp, getppid, tcsetpgrp, Pid};
 
 use crate::exit;
 
@@ -67,7 +74,7 @@ pub struct SuperviseArgs {
 
 /// The signals sent to the group that PROGRAM should act on and the supervisor must outlive,
 /// to report PROGRAM's status.
-const OUTLIVED: [i32; 7] = [
+const OUTLIVED: [i32; 8] = [
     nix::libc::SIGINT,
     nix::libc::SIGTERM,
     nix::libc::SIGHUP,
@@ -75,6 +82,8 @@ const OUTLIVED: [i32; 7] = [
     nix::libc::SIGUSR1,
     nix::libc::SIGUSR2,
     nix::libc::SIGALRM,
+    // Ctrl-Z stops PROGRAM; the supervisor stays to pass the stop on (see `wait_for`).
+    nix::libc::SIGTSTP,
 ];
 
 /// Catches [`OUTLIVED`] for the rest of this process's life (tokio never uninstalls a
@@ -92,14 +101,19 @@ fn outlive_group_signals() -> std::io::Result<()> {
     })
 }
 
-/// Makes this process's group the terminal's foreground group, with SIGTTOU blocked meanwhile
-/// (a background group may then change it).
+/// Makes this process's group the terminal's foreground group.
 pub fn take_foreground() {
+    give_foreground(getpgrp());
+}
+
+/// Makes `group` the terminal's foreground group, with SIGTTOU blocked on this thread
+/// meanwhile (a background group may then change it).
+pub fn give_foreground(group: Pid) {
     let mut ttou = SigSet::empty();
     ttou.add(Signal::SIGTTOU);
     let mut old = SigSet::empty();
     if pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old)).is_ok() {
-        let _ = tcsetpgrp(std::io::stdin().as_fd(), getpgrp());
+        let _ = tcsetpgrp(std::io::stdin().as_fd(), group);
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     }
 }
@@ -120,7 +134,7 @@ pub fn supervise(args: SuperviseArgs) -> u8 {
     if args.foreground && std::io::stdin().is_terminal() {
         take_foreground();
     }
-    let mut child = match Command::new(&args.program[0])
+    let child = match Command::new(&args.program[0])
         .args(&args.program[1..])
         .spawn()
     {
@@ -135,13 +149,39 @@ pub fn supervise(args: SuperviseArgs) -> u8 {
         }
     };
     std::thread::spawn(move || watch_runner(watch));
-    match child.wait() {
-        Ok(status) => exit::program_status(status),
-        Err(e) => {
-            eprintln!("fencelock: waiting for PROGRAM failed: {e}");
-            exit::CANNOT_EXECUTE
+    wait_for(&child, args.foreground)
+}
+
+/// Waits for PROGRAM to end; returns its exit status. On a terminal, PROGRAM stopped by
+/// Ctrl-Z stops the runner's job too, so that the shell gets the terminal back (`fg`
+/// continues the runner, which continues PROGRAM's group).
+fn wait_for(child: &std::process::Child, terminal: bool) -> u8 {
+    let pid = Pid::from_raw(child.id() as i32);
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WUNTRACED)) {
+            Ok(WaitStatus::Exited(_, code)) => return code as u8,
+            Ok(WaitStatus::Signaled(_, sig, _)) => return 128u8.saturating_add(sig as u8),
+            Ok(WaitStatus::Stopped(_, _)) if terminal => stop_the_job(),
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                eprintln!("fencelock: waiting for PROGRAM failed: {e}");
+                return exit::CANNOT_EXECUTE;
+            }
         }
     }
+}
+
+/// PROGRAM was stopped from the terminal: the terminal goes back to the runner's group,
+/// which is stopped, as the terminal would have stopped it (the shell's job).
+fn stop_the_job() {
+    let Ok(runner_group) = getpgid(Some(getppid())) else {
+        return;
+    };
+    give_foreground(runner_group);
+    // SIGSTOP: the kernel drops SIGTSTP sent to an orphaned group (a runner that leads its
+    // session, as under `script` or `setsid`).
+    let _ = killpg(runner_group, Signal::SIGSTOP);
 }
 
 /// Opens the pipe's read end again, close-on-exec (so that PROGRAM does not inherit it), and

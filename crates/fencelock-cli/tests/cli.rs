@@ -62,10 +62,19 @@ async fn hold(server: &RedisServer, name: &str) -> (Client, fencelock::Guard) {
     (client, guard)
 }
 
-/// Waits until a waiting `fencelock run` has subscribed to release notifications.
-async fn waiter_subscribed(server: &RedisServer) {
+/// Waits until a waiting `fencelock run` has subscribed to the release notifications of
+/// lock `name` (every client also subscribes a channel of its own on connect: counting
+/// SUBSCRIBE calls would count the holder's).
+async fn waiter_subscribed(server: &RedisServer, name: &str) {
+    let channel = format!("fencelock:{{{name}}}:released");
     within(10, "waiter subscribed", async {
-        while server.command_calls("subscribe") == 0 {
+        loop {
+            let reply = server.command(&["PUBSUB", "NUMSUB", &channel]).unwrap();
+            if let fencelock_testkit::Reply::Array(Some(items)) = reply {
+                if matches!(items.get(1), Some(fencelock_testkit::Reply::Int(n)) if *n > 0) {
+                    return;
+                }
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -324,7 +333,7 @@ async fn a_signal_while_waiting_cancels_cleanly() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    waiter_subscribed(&server).await;
+    waiter_subscribed(&server, "queue").await;
     let out = signal_and_wait(child, Signal::SIGINT).await;
     assert_eq!(out.status.code(), Some(130), "{:?}", text(&out));
     // Only the original holder is left.
@@ -367,7 +376,7 @@ async fn unlock_force_removes_a_stale_lock_and_wakes_a_waiter() {
         .args(["run", "--key", "stuck", "--", "true"])
         .spawn()
         .unwrap();
-    waiter_subscribed(&server).await;
+    waiter_subscribed(&server, "stuck").await;
 
     // Without --force, or without --yes and no terminal to ask on: refused.
     let out = output(&server, &["unlock", "stuck"]).await;

@@ -489,3 +489,18 @@ fn readme_states_the_facts_and_every_exit_code() {
         );
     }
 }
+
+/// `--url`'s help lists the URL form of every service the library's registry has.
+#[tokio::test]
+async fn url_help_comes_from_the_registry() {
+    let out = cli_at("redis://127.0.0.1:1", &["status", "--help"])
+        .output()
+        .await
+        .unwrap();
+    // Without the wrapping's line breaks and indentation.
+    let squeeze = |s: &str| s.split_whitespace().collect::<String>();
+    let help = squeeze(&text(&out).0);
+    for service in fencelock::services().iter().filter(|s| s.is_built()) {
+        assert!(help.contains(&squeeze(service.url_form())), "{help}");
+    }
+}

@@ -260,7 +260,6 @@ async fn a_forced_unlock_stops_program_at_once(kind: Kind) {
 }
 
 #[tokio::test]
-#[ignore = "needs Track R: a Redis holder hears of a forced unlock (issue 23 point 4)"]
 async fn a_forced_unlock_stops_program_at_once_redis() {
     a_forced_unlock_stops_program_at_once(Kind::Redis).await;
 }
@@ -306,4 +305,66 @@ async fn an_interactive_program_is_stopped_on_loss() {
     .await;
     assert_eq!(code, LOCK_LOST, "{seen}");
     assert!(!seen.contains("got"), "{seen}");
+}
+
+/// Stops the job with Ctrl-Z on a pseudo-terminal, checks that the runner (the job, as a
+/// shell sees it) stopped, continues it as `fg` would (SIGCONT), types a line; prints what
+/// it saw and the exit status.
+const CTRL_Z_DRIVER: &str = r#"
+import os, pty, signal, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+seen = b""
+def wait_for(what):
+    global seen
+    deadline = time.time() + 20
+    while what not in seen:
+        if time.time() > deadline:
+            sys.exit("timed out waiting for %r; saw %r" % (what, seen))
+        seen += os.read(fd, 1024)
+wait_for(b"ready")
+os.write(fd, b"\x1a")
+deadline = time.time() + 20
+while True:
+    if time.time() > deadline:
+        sys.exit("the runner did not stop; saw %r" % seen)
+    p, status = os.waitpid(pid, os.WUNTRACED | os.WNOHANG)
+    if p and os.WIFSTOPPED(status):
+        break
+    time.sleep(0.01)
+os.kill(pid, signal.SIGCONT)
+os.write(fd, b"fence\n")
+wait_for(b"got fence")
+_, status = os.waitpid(pid, 0)
+print(seen.decode(errors="replace"))
+print(os.waitstatus_to_exitcode(status))
+"#;
+
+/// Point 2: Ctrl-Z stops PROGRAM and gives the shell its job back (the runner stops); `fg`
+/// (SIGCONT to the runner) hands the terminal back to PROGRAM, which reads it.
+#[tokio::test]
+async fn ctrl_z_stops_the_job_and_fg_continues_it() {
+    let server = Server::start(Kind::Redis).await;
+    let dir = tempfile::tempdir().unwrap();
+    let driver = dir.path().join("drive_ctrl_z.py");
+    std::fs::write(&driver, CTRL_Z_DRIVER).unwrap();
+    let body = "echo ready; read a; echo got $a";
+    let out = within(
+        40,
+        "the terminal session",
+        tokio::process::Command::new("python3")
+            .arg(&driver)
+            .arg(env!("CARGO_BIN_EXE_fencelock"))
+            .args(["run", "tty-job", "--shell", body])
+            .env("FENCELOCK_URL", server.url())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("got fence"), "{stdout}");
+    assert_eq!(stdout.trim_end().rsplit('\n').next(), Some("0"), "{stdout}");
 }

@@ -815,3 +815,23 @@ async fn a_holder_hears_of_a_forced_unlock_at_once() {
     assert!(kept.is_held());
     assert_eq!(kept.release().await.unwrap(), Released::Released);
 }
+
+/// Issue 23 points 4 and 8: an explicit owner id that starts with the client's id and a
+/// colon (the CLI names its holdings `<client id>:<host>/<pid>/<program>/<since>`) is told of
+/// a forced unlock at once too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_id_after_the_client_id_hears_of_a_forced_unlock_at_once() {
+    let server = server();
+    let holder = client(&server).await;
+    let owner = format!("{}:web1/4242/report.sh/1795744801", holder.id());
+    let guard = holder
+        .lock("forced")
+        .with_owner(&owner)
+        .acquire()
+        .await
+        .unwrap();
+    let admin = client(&server).await;
+    let removed = admin.force_unlock("forced").await.unwrap();
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    within(1.0, "lost after the forced unlock", guard.lost()).await;
+}

@@ -4,9 +4,10 @@
 -- ARGV[1]: release channel; ARGV[2]: 'S' to publish with SPUBLISH
 -- ARGV[3]: the prefix of the clients' own channels, or '' (Redis Cluster: a client's channel
 --          lives in another slot than the lock). A client subscribes to the prefix followed by
---          its client id when it connects, and its owner ids are '<client id>:<n>': each
---          holder's client hears '=forced <lock key> <hold id> ...' there, at once (an owner id
---          of another form is told by its next renewal).
+--          its client id when it connects, and its owner ids are '<client id>:<n>' (the CLI's
+--          '<client id>:<host>/<pid>/...'): each holder's client hears
+--          '=forced <lock key> <hold id> ...' there, at once (an owner id that does not start
+--          with '<hex>:' is told by its next renewal).
 -- Returns the deleted hash as {field, value, ...}, empty when there was no lock.
 local fields = redis.call('HGETALL', KEYS[1])
 if #fields > 0 then
@@ -18,7 +19,7 @@ if #fields > 0 then
   end
   if (ARGV[3] or '') ~= '' then
     for i = 1, #fields, 2 do
-      local client = string.match(fields[i], '^(%x+):%d+$')
+      local client = string.match(fields[i], '^(%x+):')
       if client then
         redis.call('PUBLISH', ARGV[3] .. client, '=forced ' .. KEYS[1] .. ' ' .. fields[i + 1])
       end
