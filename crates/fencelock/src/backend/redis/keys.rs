@@ -2,7 +2,19 @@
 
 use std::sync::Arc;
 
+use crate::error::InputError;
 use crate::name::LockName;
+
+/// The Redis family's rule for lock names: no `{` or `}`, which would break the keys' hash
+/// tag (other services accept them).
+pub(crate) fn check_name(name: &str) -> Result<(), InputError> {
+    if name.contains(['{', '}']) {
+        return Err(InputError::NameHasBrace {
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
+}
 
 /// A lock's name and the Redis keys and channel derived from it. Every key shares the hash
 /// tag `{name}`, so that all of a lock's keys live in one Redis Cluster slot and a script may
@@ -56,6 +68,17 @@ impl LockKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_have_no_braces() {
+        for bad in ["a{b", "a}b"] {
+            assert!(matches!(
+                check_name(bad),
+                Err(InputError::NameHasBrace { .. })
+            ));
+        }
+        assert!(check_name("orders:42").is_ok());
+    }
 
     #[test]
     fn keys_share_the_hash_tag() {

@@ -12,6 +12,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use self::abandoned::Abandoned;
 use self::acquire::{Ask, Attempted};
 use self::engine::Engine;
 use self::keys::LockKeys;
@@ -28,6 +29,7 @@ use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 
+mod abandoned;
 mod acquire;
 mod announce;
 mod conn;
@@ -37,6 +39,7 @@ pub(crate) mod keys;
 mod places;
 mod redlock;
 mod released;
+mod serials;
 pub(crate) mod server;
 mod setup;
 mod terms;
@@ -47,6 +50,8 @@ mod waiters;
 pub(crate) struct RedisFamily {
     engine: Arc<Engine>,
     waiters: Arc<WaitRegistry>,
+    /// Attempts and holds given up whose give-back is not confirmed yet.
+    abandoned: Arc<Abandoned>,
 }
 
 impl RedisFamily {
@@ -77,6 +82,7 @@ impl RedisFamily {
         let family = Self {
             engine: Arc::new(engine),
             waiters,
+            abandoned: Arc::default(),
         };
         Ok((family, warnings))
     }
@@ -84,8 +90,7 @@ impl RedisFamily {
     /// Gives back the hold (or queue place) taken by attempt `id`, in the background: for code
     /// that cannot await. Until it is confirmed, the owner's next attempt on the lock carries
     /// the id and gives it back first, so a retry never re-enters what the caller let go of.
-    /// `term`: the lease it was taken with (after it, the server has let it go anyway);
-    /// `lease`: the guard's lease state, whose heals the release must follow.
+    /// `term`: the lease it was taken with (after it, the server has let it go anyway).
     pub(crate) fn give_back_later(
         &self,
         ctx: &Ctx,
@@ -93,20 +98,12 @@ impl RedisFamily {
         owner: &Arc<str>,
         id: u64,
         term: Duration,
-        lease: Option<Arc<LeaseState>>,
     ) {
-        ctx.abandoned.add(&keys.name, owner, id, term);
-        let (engine, abandoned) = (self.engine.clone(), ctx.abandoned.clone());
+        self.abandoned.add(&keys.name, owner, id, term);
+        let (engine, abandoned) = (self.engine.clone(), self.abandoned.clone());
         let (keys, owner) = (keys.clone(), owner.clone());
         ctx.background.finish(async move {
-            let outcome = {
-                let _serial = match &lease {
-                    Some(lease) => Some(lease.serial.lock().await),
-                    None => None,
-                };
-                engine.release(&keys, &owner, Some(id)).await
-            };
-            match outcome {
+            match engine.release(&keys, &owner, Some(id)).await {
                 Ok(released) => {
                     abandoned.settle(&keys.name, &owner, &[id]);
                     tracing::debug!(lock = %keys.name, ?released, id, "background release");
@@ -147,7 +144,7 @@ impl LockService for RedisFamily {
 
     /// A name with a brace would break the keys' hash tag.
     fn check_name(&self, name: &str) -> Result<(), InputError> {
-        crate::name::check_redis_name(name)
+        keys::check_name(name)
     }
 
     /// Redis's own lock options: `min_replica_acks` needs a timeout shorter than the lease.
@@ -193,8 +190,8 @@ impl LockService for RedisFamily {
         })
     }
 
-    /// Gives back a guard's hold, named by its id. It waits for a RedLock heal of the hold
-    /// under way (`LeaseState::serial`), so that the heal never lands after it.
+    /// Gives back a guard's hold, named by its id. On RedLock it waits for a heal of the hold
+    /// under way (`Serials`), so that the heal never lands after it.
     fn release<'a>(
         &'a self,
         _ctx: &'a Ctx,
@@ -202,7 +199,6 @@ impl LockService for RedisFamily {
     ) -> BoxFuture<'a, Result<Released, Error>> {
         Box::pin(async move {
             let hold = &lease.hold;
-            let _serial = lease.serial.lock().await;
             let keys = LockKeys::of(&hold.lock);
             self.engine.release(&keys, &hold.owner, Some(hold.id)).await
         })
@@ -213,7 +209,7 @@ impl LockService for RedisFamily {
         let hold = &lease.hold;
         let keys = LockKeys::of(&hold.lock);
         let owner = &hold.owner;
-        self.give_back_later(ctx, &keys, owner, hold.id, hold.lease, Some(lease.clone()));
+        self.give_back_later(ctx, &keys, owner, hold.id, hold.lease);
     }
 
     fn release_owner<'a>(
@@ -238,6 +234,10 @@ impl LockService for RedisFamily {
 
     fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
         Box::pin(async move { self.engine.status(&LockKeys::of(lock)).await })
+    }
+
+    fn unconfirmed(&self) -> usize {
+        self.abandoned.len()
     }
 
     fn force_unlock<'a>(
