@@ -84,10 +84,11 @@ impl Stage {
         if let Some(grace) = job.kill_grace {
             command.args(["--kill-grace", &flag(grace)]);
         }
-        command
-            .args([LOCK, "--"])
-            .arg(&self.exe)
-            .args(["demo-worker", "--record", &self.record.url()]);
+        command.args([LOCK, "--"]).arg(&self.exe).args([
+            "demo-worker",
+            "--record",
+            &self.record.url(),
+        ]);
         if let Some(work) = job.work {
             command.args(["--work", &flag(work)]);
         }
