@@ -359,7 +359,9 @@ async fn hold_and_run(client: &fencelock::Client, args: &Job, signals: &mut Sign
         Ok(_) => {}
         Err(e) => {
             eprintln!("fencelock: warning: release failed ({e}); the lease will expire");
-            return code;
+            if !lost {
+                return code;
+            }
         }
     }
     eprintln!(

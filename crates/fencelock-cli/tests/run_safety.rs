@@ -44,7 +44,8 @@ async fn sigkill_of_the_runner_kills_programs_group(kind: Kind) {
     assert!(pids.iter().all(|&p| alive(p)));
     signal(runner.id().unwrap() as i32, Signal::SIGKILL);
     within(10, "runner reaped", runner.wait()).await.unwrap();
-    all_gone(&pids, Duration::from_secs(1)).await;
+    let took = all_gone(&pids, Duration::from_secs(1)).await;
+    println!("{kind:?}: PROGRAM's group gone {took:?} after the runner was reaped");
 }
 
 #[tokio::test]
@@ -251,7 +252,8 @@ async fn a_forced_unlock_stops_program_at_once(kind: Kind) {
     let out = server.output(&["unlock", "--force", "--yes", "fu"]).await;
     assert!(out.status.success(), "{:?}", text(&out));
     let start = std::time::Instant::now();
-    all_gone(&pids, Duration::from_secs(3)).await;
+    let took = all_gone(&pids, Duration::from_secs(3)).await;
+    println!("{kind:?}: PROGRAM's group gone {took:?} after `unlock --force` returned");
     let out = within(10, "runner exits", runner.wait_with_output())
         .await
         .unwrap();
