@@ -229,7 +229,9 @@ async fn stop_after_loss(
     eprintln!(
         "fencelock: lock {:?} lost ({}); stopping PROGRAM (SIGTERM, then SIGKILL after {})",
         args.key,
-        guard.lost_reason().unwrap_or("lease expired"),
+        guard
+            .lost_reason()
+            .map_or("lease expired".to_owned(), |r| r.to_string()),
         humantime::format_duration(args.kill_grace)
     );
     if let Some(group) = group {
