@@ -46,10 +46,16 @@ impl Background {
     }
 
     /// Runs `work` to its end in the background; `Client::close` waits for it. Fails
-    /// quietly when the task is gone (the runtime shut down): then leases simply expire.
+    /// quietly when the runtime is gone: then leases simply expire.
     pub(crate) fn finish(&self, work: impl Future<Output = ()> + Send + 'static) {
         let work = Box::pin(self.tracker.track_future(work));
-        let _ = self.tx.send(Job { work, keep: true });
+        if let Err(unsent) = self.tx.send(Job { work, keep: true }) {
+            // The task has stopped taking work (the client's last handle was just dropped):
+            // still tracked, it runs on its own, as long as the runtime does.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(unsent.0.work);
+            }
+        }
     }
 
     /// Runs `work` in the background without `close` waiting for it (nothing is lost if it

@@ -126,7 +126,31 @@ impl Client {
     /// bound, or failed: a server that did not answer may then keep a grant until its lease
     /// ends. (A hold whose give-back failed is also given back by the owner's next attempt on
     /// that lock.)
+    ///
+    /// When this is the client's last handle (no `Lock` or `Guard` of it is left), it also
+    /// ends the client's session, and on etcd waits (within the same bound) for the server to
+    /// revoke the client's lease, so that nothing of the client outlives a program that exits
+    /// right after `close`.
     pub async fn close(self) -> Result<()> {
-        self.inner.settle().await
+        let settled = self.inner.settle().await;
+        let Some(shared) = Arc::into_inner(self.inner) else {
+            return settled;
+        };
+        let (background, bound) = (
+            shared.ctx.background.clone(),
+            shared.ctx.options.request_bound(),
+        );
+        // Dropping the last handle ends the session; what that sends (etcd's lease revoke)
+        // is background work, waited for here.
+        drop(shared);
+        let pending = background.settle(bound).await;
+        match settled {
+            Ok(()) if pending > 0 => Err(crate::Error::Unfinished {
+                pending,
+                failed: 0,
+                waited: bound,
+            }),
+            settled => settled,
+        }
     }
 }

@@ -514,6 +514,70 @@ async fn a_failed_release_is_never_reentered() {
     .await;
 }
 
+/// `common::a_dropped_release_is_finished`. Failed before the fix: the release marked the
+/// holding closed and the delete was never sent again, so the key stayed under the live lease
+/// (nobody could take the lock while the client lived), or, when the delete did arrive, the
+/// client's slot for the lock stayed taken (its other handles waited forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_release_is_finished() {
+    let etcd = server();
+    let proxy = fencelock_testkit::TcpProxy::start(etcd.port()).expect("proxy");
+    let proxied = format!("etcd://{}", proxy.connect_string());
+    within(
+        60.0,
+        "dropped release",
+        common::a_dropped_release_is_finished(&proxied, &etcd.url(), &proxy),
+    )
+    .await;
+}
+
+/// The lease audit matches a holding by its token, never by its key alone: owners that
+/// release and take their locks again while an audit is in flight never see `lost()`, and
+/// leave no key behind. The client has two endpoints, one of them slow (400 ms each way), so
+/// that an audit read sent to it lands after a release and before the re-acquire that went
+/// to the fast one (the same key, since the key is named by the lease). Failed before the fix:
+/// the audit took the new holding for the old one that vanished, fired its `lost()` ("forced
+/// unlock") and freed its slot, and its key stayed under the live lease: its release said
+/// `NotHeld`, and nobody could take the lock while the client lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_audit_never_takes_a_new_holding_for_a_vanished_one() {
+    let etcd = server();
+    let slow = fencelock_testkit::TcpProxy::start(etcd.port()).expect("proxy");
+    slow.set_latency(Duration::from_millis(400));
+    let url = format!("etcd://{},{}", slow.connect_string(), etcd.endpoints());
+    let eps = etcd.endpoints();
+    within(90.0, "audit during re-acquires", async {
+        let a = client(&url, 3_000).await;
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let lock = a.lock(&format!("audit-{i}"));
+            tasks.push(tokio::spawn(async move {
+                let until = Instant::now() + Duration::from_secs(12);
+                let mut rounds = 0;
+                while Instant::now() < until {
+                    let g = lock.acquire_timeout(Duration::from_secs(10)).await;
+                    let g = g.expect("the lock is free: only this owner takes it");
+                    tokio::time::sleep(Duration::from_millis(300 + 5 * i)).await;
+                    assert!(g.is_held(), "lost while held: {:?}", g.lost_reason());
+                    let released = g.release().await.expect("release");
+                    assert_eq!(released, Released::Released, "round {rounds}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    rounds += 1;
+                }
+                rounds
+            }));
+        }
+        for t in tasks {
+            assert!(t.await.expect("owner") > 0);
+        }
+        for i in 0..16 {
+            let name = format!("audit-{i}");
+            assert!(keys(&eps, &name).await.is_empty(), "{name} left a key");
+        }
+    })
+    .await;
+}
+
 /// The lease `lease` as the server has it: (remaining TTL, granted TTL) in seconds, a
 /// remaining TTL of -1 when there is no such lease (revoked or expired); read with a client of
 /// its own (not the library under test).
@@ -661,6 +725,37 @@ async fn the_lease_is_revoked_when_the_client_is_closed_or_dropped() {
             assert_eq!(got.release().await.unwrap(), Released::Released);
             assert!(keys(&eps, name).await.is_empty());
         }
+    })
+    .await;
+}
+
+/// `Client::close` on the client's last handle returns once the lease is revoked (bounded by
+/// the request bound), not before: a program that exits right after it leaves no lease behind
+/// for a TTL. The client reaches the server through a slow link (300 ms each way), so a revoke
+/// left to the background is still on its way when `close` returns. Failed before the fix:
+/// `close` returned at once and the lease was still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn close_returns_once_the_lease_is_revoked() {
+    let etcd = server();
+    let eps = etcd.endpoints();
+    let proxy = fencelock_testkit::TcpProxy::start(etcd.port()).expect("proxy");
+    let proxied = format!("etcd://{}", proxy.connect_string());
+    within(30.0, "close revokes", async {
+        let a = client(&proxied, 30_000).await;
+        let held = a.lock("closing").acquire().await.unwrap();
+        let (_, _, lease) = keys(&eps, "closing").await.remove(0);
+        assert_eq!(held.release().await.unwrap(), Released::Released);
+        assert!(lease_ttl(&eps, lease).await.0 > 0, "the lease is live");
+        proxy.set_latency(Duration::from_millis(300));
+        let closing = Instant::now();
+        a.close().await.expect("close");
+        let took = closing.elapsed();
+        assert_eq!(
+            lease_ttl(&eps, lease).await.0,
+            -1,
+            "the lease is gone when close returns (after {took:?})"
+        );
+        assert!(took >= Duration::from_millis(600), "a round trip: {took:?}");
     })
     .await;
 }

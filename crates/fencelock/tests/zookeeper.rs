@@ -1077,6 +1077,22 @@ async fn a_failed_release_is_never_reentered() {
     .await;
 }
 
+/// `common::a_dropped_release_is_finished`: the delete is lost with the connection and the
+/// release future dropped. Failed before the fix: the holding was closed and its node never
+/// deleted again, so it held the lock while the session lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_release_is_finished() {
+    let zk = server();
+    let proxy = TcpProxy::start(zk.port()).expect("proxy");
+    let proxied = format!("zk://{}", proxy.connect_string());
+    within(
+        60.0,
+        "dropped release",
+        common::a_dropped_release_is_finished(&proxied, &zk.url(), &proxy),
+    )
+    .await;
+}
+
 /// The password of session `id`, as the server derives it (`ZooKeeperServer.generatePasswd`:
 /// 16 bytes from `java.util.Random` seeded with `id ^ 0xB3415C00`).
 fn session_password(id: i64) -> [u8; 16] {

@@ -187,14 +187,15 @@ impl Holdings {
         })
     }
 
-    /// The node `path` is gone without our delete (a forced unlock): its holds are lost.
-    /// Returns whether a holding was removed.
-    pub(crate) fn vanished(&self, name: &str, owner: &Arc<str>, path: &str) -> bool {
+    /// The holding of node `path` with `token` is gone without our delete (a forced unlock):
+    /// its holds are lost. Matched by its token too, never by the path alone: on etcd a newer
+    /// holding of the owner has the same key. Returns whether a holding was removed.
+    pub(crate) fn vanished(&self, name: &str, owner: &Arc<str>, path: &str, token: u64) -> bool {
         let key = (name.to_owned(), owner.clone());
         let holding = {
             let mut map = self.map();
             match map.get(&key) {
-                Some(h) if h.path == path && !h.closing => map.remove(&key),
+                Some(h) if h.path == path && h.token == token && !h.closing => map.remove(&key),
                 _ => None,
             }
         };
@@ -236,6 +237,59 @@ impl Holdings {
     /// Whether this client holds the lock as `owner`.
     pub(crate) fn holds(&self, name: &str, owner: &Arc<str>) -> bool {
         self.map().contains_key(&(name.to_owned(), owner.clone()))
+    }
+}
+
+/// Gives back hold `id` (`None`: the owner's newest) of the owner's holding in `holdings`;
+/// the last one deletes the holding's node or key with `delete` (which settles the holding,
+/// [`Holdings::settle`]). A delete that fails, or whose caller stops waiting for it (a release
+/// future dropped or timed out before the server answered: the request may never have left),
+/// goes on in the background ([`delete_later`]) until the node or key is gone or the session
+/// ends; the holding is never re-entered meanwhile (it is closing).
+pub(crate) async fn give_back<I, F, Fut, E>(
+    service: &Arc<I>,
+    holdings: &Holdings,
+    background: &Background,
+    hold: (&str, &Arc<str>, Option<u64>),
+    delete: F,
+) -> Result<Released, E>
+where
+    I: Send + Sync + 'static,
+    F: Fn(Arc<I>, Closing) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<Released, E>> + Send,
+{
+    let (name, owner, id) = hold;
+    let closing = match holdings.give_back(name, owner, id) {
+        Step::NotHeld => return Ok(Released::NotHeld),
+        Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
+        Step::Last(closing) => closing,
+    };
+    let later = {
+        let (weak, closing, delete) = (Arc::downgrade(service), closing.clone(), delete.clone());
+        move || {
+            delete_later(background, weak, move |service| {
+                let done = delete(service, closing.clone());
+                async move { done.await.is_ok() }
+            });
+        }
+    };
+    let mut unfinished = Unfinished(Some(later));
+    let released = delete(service.clone(), closing).await;
+    if released.is_ok() {
+        unfinished.0 = None;
+    }
+    released
+}
+
+/// What to do if a closing holding's delete did not succeed: run when dropped so (it failed,
+/// or its future was dropped), unless cleared.
+struct Unfinished<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Drop for Unfinished<F> {
+    fn drop(&mut self) {
+        if let Some(later) = self.0.take() {
+            later();
+        }
     }
 }
 

@@ -115,6 +115,47 @@ pub async fn failed_release_is_never_reentered(proxied: &str, direct: &str, prox
     assert!(last.is_ok(), "the lock is free after the owner's release");
 }
 
+/// A release whose future is dropped before the server answered (`tokio::time::timeout`
+/// firing first) is finished in the background, as a dropped guard's: the lock is free again
+/// for another client, and for another handle of the same client (its per-lock slot on etcd).
+/// Here the delete never reaches the server: it is still on its way through `proxy` (a slow
+/// link) when the connection is cut, so only a give-back that goes on after the drop, on the
+/// client's next connection, frees the lock. For the services whose holdings the client
+/// counts (ZooKeeper, etcd): `proxied` reaches the server through `proxy`, `direct` does not.
+pub async fn a_dropped_release_is_finished(proxied: &str, direct: &str, proxy: &TcpProxy) {
+    let options = ClientOptions::default().default_lease(Duration::from_millis(20_000));
+    let a = Client::connect_with(proxied, options.clone())
+        .await
+        .unwrap();
+    let b = Client::connect_with(direct, options).await.unwrap();
+    let lock = a.lock("dropped-release");
+    let held = lock.acquire().await.unwrap();
+    let first = held.fencing_token();
+    proxy.set_latency(Duration::from_millis(500));
+    let given_up = tokio::time::timeout(Duration::from_millis(100), held.release()).await;
+    assert!(given_up.is_err(), "the release was answered: {given_up:?}");
+    assert!(proxy.cut() > 0, "the delete was on its way");
+    proxy.set_latency(Duration::ZERO);
+    let other = b
+        .lock("dropped-release")
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .expect("another client gets the lock: the given-up release was finished");
+    let second = other.fencing_token();
+    assert!(second > first);
+    assert_eq!(
+        other.release().await.unwrap(),
+        fencelock::Released::Released
+    );
+    let mine = a
+        .lock("dropped-release")
+        .acquire_timeout(Duration::from_secs(10))
+        .await
+        .expect("another handle of the client gets the lock: its slot was freed");
+    assert!(mine.fencing_token() > second);
+    assert_eq!(mine.release().await.unwrap(), fencelock::Released::Released);
+}
+
 /// A client's warnings after asking for lease `asked` and being granted `granted` (a
 /// ZooKeeper session timeout, an etcd TTL): none when they match, else one naming both.
 pub fn assert_lease_reported(warnings: &[fencelock::Warning], asked: Duration, granted: Duration) {

@@ -4,7 +4,8 @@
 //! if that is shorter) which keys its lease still carries (`LeaseTimeToLive` with keys: one
 //! request per client, whatever the number of locks). A holding whose key existed at that
 //! read's revision (its token, the create revision, is not above it) and is not among them is
-//! gone. A watch per holding would tell sooner, but it costs the server a watch and a read
+//! gone. It is matched by its token, never by its key alone: the owner may have released it
+//! and taken the lock again (the same key, named by the lease) while the read was on its way. A watch per holding would tell sooner, but it costs the server a watch and a read
 //! per acquisition, which halved the uncontended rate.
 
 use std::collections::HashSet;
@@ -64,7 +65,7 @@ impl Inner {
             let existed = i64::try_from(token).is_ok_and(|t| t <= at);
             if existed
                 && !keys.contains(key.as_bytes())
-                && self.holdings.vanished(&name, &owner, &key)
+                && self.holdings.vanished(&name, &owner, &key, token)
             {
                 tracing::warn!(lock = %name, key, "the lock's key was deleted by another client");
                 self.slots.free(&name);

@@ -138,7 +138,17 @@ impl Drop for Attempt {
 /// alive.
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.session.stop();
+        self.end_lease();
+    }
+}
+
+impl Inner {
+    /// Stops the lease's keep-alives and revokes it, as tracked work of the client's
+    /// background task: `Client::close` waits for it.
+    fn end_lease(&self) {
+        if let Some(revoke) = self.session.stop() {
+            self.background.finish(revoke);
+        }
     }
 }
 
@@ -173,7 +183,7 @@ impl Ends for Inner {
     }
 
     fn stop(&self) {
-        self.session.stop();
+        self.end_lease();
     }
 }
 

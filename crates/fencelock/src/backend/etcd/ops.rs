@@ -6,15 +6,16 @@ use std::time::Duration;
 use super::recipe::{self, Entry};
 use super::session::Fault;
 use super::{Inner, SERVICE};
-use crate::backend::holdings::{delete_later, Closing, Step};
+use crate::backend::holdings::{give_back, Closing};
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::status::Waiter;
 
 impl Inner {
     /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the key (only
-    /// the revision this holding put). A delete that fails goes on in the background, and the
-    /// holding is not re-entered meanwhile (the key may be gone, the lock someone else's).
+    /// the revision this holding put). A delete that fails, or that the caller stopped
+    /// waiting for, goes on in the background, and the holding is not re-entered meanwhile
+    /// (the key may be gone, the lock someone else's).
     pub(super) async fn give_back(
         self: &Arc<Self>,
         name: &str,
@@ -25,18 +26,11 @@ impl Inner {
             // Every hold ended with the lease, a re-entered lock's too: none is left to count.
             return Ok(Released::NotHeld);
         }
-        let closing = match self.holdings.give_back(name, owner, id) {
-            Step::NotHeld => return Ok(Released::NotHeld),
-            Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
-            Step::Last(closing) => closing,
+        let hold = (name, owner, id);
+        let delete = |inner: Arc<Self>, closing: Closing| async move {
+            inner.delete_holding(&closing).await
         };
-        let released = self.delete_holding(&closing).await;
-        if released.is_err() {
-            delete_later(&self.background, Arc::downgrade(self), move |inner| {
-                let closing = closing.clone();
-                async move { inner.delete_holding(&closing).await.is_ok() }
-            });
-        }
+        let released = give_back(self, &self.holdings, &self.background, hold, delete).await;
         released.map_err(|e| self.fail(Some(name), e))
     }
 

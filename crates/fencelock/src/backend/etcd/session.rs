@@ -191,11 +191,12 @@ impl Session {
         Ok((session, warnings))
     }
 
-    /// Stops the keep-alives and revokes the lease in the background, so that keys left
-    /// behind (a give-back that failed) go at once rather than after the TTL.
-    pub(crate) fn stop(&self) {
+    /// Stops the keep-alives and returns the lease's revoke (bounded by the response timeout),
+    /// so that keys left behind (a give-back that failed) go at once rather than after the
+    /// TTL; `None` when it was stopped already (the revoke was made then).
+    pub(crate) fn stop(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
         if self.stop.is_cancelled() {
-            return; // stopped already: the lease was revoked then
+            return None;
         }
         self.stop.cancel();
         let (mut lease, id, bound) = (
@@ -203,11 +204,9 @@ impl Session {
             self.lease,
             self.response_timeout,
         );
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = tokio::time::timeout(bound, lease.revoke(id)).await;
-            });
-        }
+        Some(async move {
+            let _ = tokio::time::timeout(bound, lease.revoke(id)).await;
+        })
     }
 
     /// Sends one request (built by `request` from a clone of the client), bounded by the

@@ -20,8 +20,18 @@ pub(crate) struct LockKeys {
     pub(crate) channel: String,
     /// The wait queue: owners in arrival order, handed the lock by the release script.
     pub(crate) queue: String,
-    /// Each queued owner's place: `attempt window_ms since_us lease_ms [client]`.
+    /// Each queued owner's place: `attempt window_ms since_us client`.
     pub(crate) waiting: String,
+}
+
+/// The prefix of each client's own channel, followed by its client id: a forced unlock tells
+/// the holders' clients there (`=forced <lock key> <hold id> ...`). Not on a Redis Cluster,
+/// where that channel would live in another slot than the lock.
+pub(crate) const CLIENT_CHANNELS: &str = "fencelock:client:";
+
+/// The own channel of the client `client_id`.
+pub(crate) fn client_channel(client_id: &str) -> String {
+    format!("{CLIENT_CHANNELS}{client_id}")
 }
 
 impl LockKeys {

@@ -4,7 +4,8 @@
 //! - `server`: one deployment that acts as one server for a lock (the Lua scripts, how they
 //!   are sent, replies); `conn` and `url`: how it is reached.
 //! - `redlock`: a majority over several `server`s.
-//! - `engine`: the two shapes behind one enum, and the terms of an attempt.
+//! - `engine`: the two shapes behind one enum; `terms`: what they speak (an attempt, its
+//!   reply, the release sink), a leaf; `setup`: how connections are configured, a leaf.
 //! - `acquire`: the acquire algorithm (attempts named by id, waiting, handover, undo);
 //!   `waiters`: this client's local wait queues, fed by release messages.
 
@@ -12,10 +13,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use self::acquire::{Ask, Attempted};
-use self::engine::{Engine, ReleaseSink};
+use self::engine::Engine;
 use self::keys::LockKeys;
 use self::redlock::RedLock;
-use self::server::{RedisBackend, ReplicaAcks};
+use self::server::RedisBackend;
+use self::terms::{ReleaseSink, ReplicaAcks};
 use self::waiters::WaitRegistry;
 use super::{Acquired, Connected, Connecting, Ctx, LockRequest, LockService, Released, Wait};
 use crate::backend::RawStatus;
@@ -33,9 +35,12 @@ mod distinct;
 mod engine;
 pub(crate) mod keys;
 mod outcome;
+mod places;
 mod redlock;
 mod released;
 pub(crate) mod server;
+mod setup;
+mod terms;
 mod url;
 mod waiters;
 
@@ -65,6 +70,11 @@ impl RedisFamily {
             let (r, w) = RedLock::connect(urls, options, sink, background.clone()).await?;
             (Engine::RedLock(r), w)
         };
+        // A forced unlock tells the holders' clients on their own channels: a holder hears
+        // of it at once, not at its next renewal (a request at connect, none per acquire).
+        if let Err(e) = engine.listen_as_client(waiters.own_channel()).await {
+            tracing::debug!(error = %e, "subscribing the client's own channel failed");
+        }
         let family = Self {
             engine: Arc::new(engine),
             waiters,

@@ -532,6 +532,7 @@ impl Inner {
             name: name.clone(),
             owner: request.owner.clone(),
             path: node.path,
+            token,
         };
         match signal {
             Signal::Fast(taken) => {
@@ -567,7 +568,12 @@ impl Inner {
     /// (again after a connection loss, while the session lives) and fires its lost signals
     /// when the node is gone.
     async fn recheck(&self, holder: &Holder) {
-        let Holder { name, owner, path } = holder;
+        let Holder {
+            name,
+            owner,
+            path,
+            token,
+        } = holder;
         loop {
             if !self.holdings.live(name, owner, path) {
                 return;
@@ -585,7 +591,7 @@ impl Inner {
             };
             if gone {
                 self.quiet.forget(path);
-                self.holdings.vanished(name, owner, path);
+                self.holdings.vanished(name, owner, path, *token);
             }
             return;
         }

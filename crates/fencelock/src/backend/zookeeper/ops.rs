@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::{recipe, Inner, SERVICE};
-use crate::backend::holdings::{delete_later, Closing, Step};
+use crate::backend::holdings::{give_back, Closing};
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::status::Waiter;
@@ -20,8 +20,9 @@ struct Children {
 
 impl Inner {
     /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the node. A
-    /// delete that fails (the node may be gone) closes the holding to re-entry and goes on
-    /// in the background until the node is gone or the session ends.
+    /// delete that fails (the node may be gone), or that the caller stopped waiting for,
+    /// closes the holding to re-entry and goes on in the background until the node is gone or
+    /// the session ends.
     pub(super) async fn give_back(
         self: &Arc<Self>,
         name: &str,
@@ -32,18 +33,11 @@ impl Inner {
             // Every hold ended with the session, a re-entered lock's too: none is left to count.
             return Ok(Released::NotHeld);
         }
-        let closing = match self.holdings.give_back(name, owner, id) {
-            Step::NotHeld => return Ok(Released::NotHeld),
-            Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
-            Step::Last(closing) => closing,
+        let hold = (name, owner, id);
+        let delete = |inner: Arc<Self>, closing: Closing| async move {
+            inner.delete_holding(&closing).await
         };
-        let released = self.delete_holding(&closing).await;
-        if released.is_err() {
-            delete_later(&self.background, Arc::downgrade(self), move |inner| {
-                let closing = closing.clone();
-                async move { inner.delete_holding(&closing).await.is_ok() }
-            });
-        }
+        let released = give_back(self, &self.holdings, &self.background, hold, delete).await;
         released.map_err(|e| self.fail(Some(name), e))
     }
 

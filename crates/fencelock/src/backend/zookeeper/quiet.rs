@@ -42,6 +42,8 @@ pub(crate) struct Holder {
     pub(crate) name: String,
     pub(crate) owner: Arc<str>,
     pub(crate) path: String,
+    /// The node's creation zxid.
+    pub(crate) token: u64,
 }
 
 /// Where a remembered folder stands.
