@@ -90,7 +90,7 @@ pub struct SuperviseArgs {
 
 /// The signals sent to the group that PROGRAM should act on and the supervisor must outlive,
 /// to report PROGRAM's status.
-const OUTLIVED: [i32; 8] = [
+const OUTLIVED: [i32; 10] = [
     nix::libc::SIGINT,
     nix::libc::SIGTERM,
     nix::libc::SIGHUP,
@@ -98,8 +98,11 @@ const OUTLIVED: [i32; 8] = [
     nix::libc::SIGUSR1,
     nix::libc::SIGUSR2,
     nix::libc::SIGALRM,
-    // Ctrl-Z stops PROGRAM; the supervisor stays to pass the stop on (see `wait_for`).
+    // Ctrl-Z, or PROGRAM using the terminal from the background (after `bg`), stops
+    // PROGRAM; the supervisor stays to pass the stop on (see `wait_for`).
     nix::libc::SIGTSTP,
+    nix::libc::SIGTTIN,
+    nix::libc::SIGTTOU,
 ];
 
 /// Catches [`OUTLIVED`] for the rest of this process's life (tokio never uninstalls a
