@@ -17,8 +17,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::serials::Serials;
 use super::outcome::{Outcomes, ServerOutcome};
+use super::serials::Serials;
 use super::server::RedisBackend;
 use super::terms::{AcquireReply, Attempt, Queueing, ReleaseSink, RenewItem};
 use crate::backend::redis::keys::LockKeys;
