@@ -24,7 +24,7 @@ use self::recipe::Entry;
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
 use super::current::{Current, Ends};
-use super::holdings::Holdings;
+use super::holdings::{Holdings, Sessioned};
 use super::queue::{self, rule::First};
 use super::{Acquired, Ctx, Held, LockRequest, RawStatus, Released, Wait};
 use crate::background::Background;

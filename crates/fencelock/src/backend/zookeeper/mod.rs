@@ -25,7 +25,7 @@ use self::quiet::{Holder, Quiet, Slot, Taken};
 use self::recipe::Node;
 use self::session::Session;
 use super::current::{Current, Ends};
-use super::holdings::Holdings;
+use super::holdings::{Holdings, Sessioned};
 use super::queue::{self, rule::First};
 use super::{Acquired, Ctx, Held, LockRequest, RawStatus, Released, Wait};
 use crate::background::Background;
