@@ -17,18 +17,29 @@ pub const CANNOT_EXECUTE: u8 = 126;
 /// PROGRAM was not found, as in shells.
 pub const NOT_FOUND: u8 = 127;
 
-/// The table printed by `fencelock run --help` and kept in README.md.
+/// The table printed by `fencelock run --help`; README.md has it for every command.
 pub const TABLE: &str = "\
 EXIT STATUS:
   PROGRAM's own status    PROGRAM ran and exited
   128+N                   PROGRAM (or, while waiting, fencelock) was killed by signal N
-  64                      usage error (bad flag or flag value)
-  69                      connection or configuration error (server down, bad URL or password,
-                          access denied)
-  75                      lock held by someone else (--no-wait) or --wait timed out
+  64                      usage error (bad flag or flag value, unknown option before PROGRAM)
+  69                      connection or configuration error (server down or not that service,
+                          bad URL or URL count, password needed or refused, access denied)
+  75                      lock held by someone else (-n/--no-wait) or the wait timed out
                           (change with --conflict-exit-code)
-  79                      the lock was lost while PROGRAM ran; PROGRAM was stopped
+  79                      the lock was lost before PROGRAM ended; PROGRAM was stopped
   126 / 127               PROGRAM could not be executed / was not found";
+
+/// The exit status that stands for a program's: its own code, or 128+N when signal N killed
+/// it (as shells report it).
+pub fn program_status(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.saturating_add(sig as u8),
+        (None, None) => CANNOT_EXECUTE,
+    }
+}
 
 /// The exit code for a library error.
 pub fn for_error(e: &Error) -> u8 {

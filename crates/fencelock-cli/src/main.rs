@@ -1,19 +1,44 @@
 //! `fencelock`: run a program while holding a distributed lock, inspect locks, clear stale ones,
 //! and a demo that shows why it is safe.
 
+/// `println!` that does not panic when stdout is a closed pipe (`fencelock status x | true`):
+/// the line is dropped, as other Unix tools stop writing.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` that does not panic when stdout is a closed pipe; see `outln!`.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+mod args;
 mod demo;
 mod duration;
 mod exit;
+mod explain;
+mod owner;
 mod procs;
 mod run;
+mod services;
+mod show;
 mod status;
+mod supervise;
 mod ui;
 mod verify;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
+
+pub use args::Connection;
 
 pub use duration::parse_duration;
 
@@ -26,62 +51,6 @@ pub use duration::parse_duration;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-/// Where the lock service is.
-#[derive(Args, Clone)]
-pub struct Connection {
-    /// Where the locks live: redis://host:6379[/db], redis+cluster://host:port,host:port,...,
-    /// redis+sentinel://host:port,host:port,.../master-name, ZooKeeper:
-    /// zk://host:port[,host:port...][/base/path] (the session timeout is the lease), or etcd:
-    /// etcd://[user@]host:port[,host:port...][/prefix] (the client's lease TTL is the lease,
-    /// in whole seconds). Give --url several times (an odd number of redis:// URLs) for
-    /// RedLock over independent servers.
-    // The text is also the --help text, where the URL forms' brackets are plain brackets.
-    #[allow(rustdoc::broken_intra_doc_links)]
-    #[arg(long, env = "FENCELOCK_URL", default_value = "redis://127.0.0.1:6379")]
-    pub url: Vec<String>,
-    /// Server password (overrides one in the URL; never printed).
-    #[arg(long, env = "FENCELOCK_PASSWORD", hide_env_values = true)]
-    pub password: Option<String>,
-    /// Log what happens (acquire, renewals, release) to stderr.
-    #[arg(long, short)]
-    pub verbose: bool,
-}
-
-impl std::fmt::Debug for Connection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection")
-            .field(
-                "url",
-                &self
-                    .url
-                    .iter()
-                    .map(|u| fencelock::redact_url(u))
-                    .collect::<Vec<_>>(),
-            )
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("verbose", &self.verbose)
-            .finish()
-    }
-}
-
-impl Connection {
-    /// Client options with `lease` as the default lease (the session timeout on ZooKeeper)
-    /// and the password, if one was given.
-    pub fn options(&self, lease: Duration) -> fencelock::ClientOptions {
-        let options = fencelock::ClientOptions::default().default_lease(lease);
-        match &self.password {
-            Some(p) => options.password(p),
-            None => options,
-        }
-    }
-
-    /// Connects to the URLs (several: RedLock).
-    pub async fn connect(&self, lease: Duration) -> Result<fencelock::Client, fencelock::Error> {
-        let urls: Vec<&str> = self.url.iter().map(String::as_str).collect();
-        fencelock::Client::connect_all_with(&urls, self.options(lease)).await
-    }
 }
 
 #[derive(Subcommand)]
@@ -101,22 +70,43 @@ enum Command {
     DemoWorker(demo::WorkerArgs),
     /// Check what holds on a deployment under faults: client processes contend for a lock
     /// and write a fenced register while faults come on a seeded schedule; a checker reads
-    /// the history; a report (JSON, HTML) shows it. Exit status 0 only when every safety
-    /// check passed.
+    /// the history; a report (JSON, HTML) shows it. Exit status 0 when every safety check
+    /// passed with at least one fault taking effect, 1 on violations, 2 when inconclusive
+    /// (no fault happened: nothing was tested under faults).
     Verify(verify::VerifyArgs),
     /// One client of `fencelock verify`.
     #[command(hide = true)]
     VerifyClient(verify::ClientArgs),
+    /// The process between `fencelock run` and PROGRAM (used by `fencelock run`).
+    #[command(hide = true)]
+    Supervise(supervise::SuperviseArgs),
+}
+
+/// Parses the command line; `run --key` also checks that no option follows PROGRAM's first
+/// word (with `--key`, that word was NAME's place, and clap would read PROGRAM's own options
+/// as fencelock's: `--key k echo -n hi`).
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches()?;
+    if let Some(("run", run)) = matches.subcommand() {
+        run::check_key_order(run)?;
+    }
+    Cli::from_arg_matches(&matches)
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { exit::USAGE } else { 0 };
             let _ = e.print();
             return ExitCode::from(code);
         }
+    };
+    let cli = match cli.command {
+        // Without a runtime: it blocks signals before any thread starts.
+        Command::Supervise(args) => return ExitCode::from(supervise::supervise(args)),
+        command => Cli { command },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -138,6 +128,8 @@ fn main() -> ExitCode {
             Command::DemoWorker(args) => demo::worker(args).await,
             Command::Verify(args) => verify::verify(args).await,
             Command::VerifyClient(args) => verify::client(args).await,
+            // Started above, before the runtime; here for completeness.
+            Command::Supervise(args) => supervise::supervise(args),
         }
     });
     // Do not wait for blocking tasks (a stdin read) to finish.
@@ -145,7 +137,19 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Turns on `tracing` output to stderr for `--verbose`.
+/// Prints a usage error for `subcommand` the way clap prints its own; returns the exit code.
+pub fn usage_error(subcommand: &str, message: &str) -> u8 {
+    use clap::CommandFactory;
+    let mut cli = Cli::command();
+    let command = cli.find_subcommand_mut(subcommand).cloned();
+    let mut command = command.unwrap_or(cli);
+    let _ = command
+        .error(clap::error::ErrorKind::MissingRequiredArgument, message)
+        .print();
+    exit::USAGE
+}
+
+/// Turns on `tracing` output to stderr for `--verbose` (`FENCELOCK_LOG` sets another filter).
 pub fn init_logging(verbose: bool) {
     if verbose {
         use std::io::IsTerminal;
@@ -153,9 +157,13 @@ pub fn init_logging(verbose: bool) {
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())
             .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_env("FENCELOCK_LOG")
-                    .unwrap_or_else(|_| "fencelock=debug,fencelock_cli=debug".into()),
+                tracing_subscriber::EnvFilter::try_from_env("FENCELOCK_LOG").unwrap_or_else(|_| {
+                    // fencelock's events (connect, acquire, renewals, release, loss), not the
+                    // plumbing below them (script loading).
+                    "fencelock=debug,fencelock::backend::redis::server::exec=info".into()
+                }),
             )
+            .with_target(false)
             .try_init();
     }
 }

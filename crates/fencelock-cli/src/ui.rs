@@ -13,16 +13,16 @@ impl Ui {
     /// Prints a line that stays (clearing a progress line first).
     pub fn line(&self, text: &str) {
         if self.tty {
-            print!("\r\x1b[2K");
+            out!("\r\x1b[2K");
         }
-        println!("{text}");
+        outln!("{text}");
     }
 
     /// Redraws the progress line; off a terminal, prints nothing (callers print plain lines
     /// at their own pace instead).
     pub fn progress(&self, text: &str) {
         if self.tty {
-            print!("\r\x1b[2K{text}");
+            out!("\r\x1b[2K{text}");
             let _ = std::io::stdout().flush();
         }
     }

@@ -112,6 +112,12 @@ async fn verify_expiry(backend: &str, fault: &str, service: &str) {
     assert_clean(&out, dir.path());
     let report = report(dir.path());
     assert!(report["deployment"].as_str().unwrap().contains(service));
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    explains_itself(&html);
+    assert!(
+        html.contains(service) && !html.contains("Zookeeper"),
+        "spelling"
+    );
     let injected = report["runs"][0]["injected"].as_array().unwrap();
     let expiry = injected.iter().find(|f| f["fault"] == fault).unwrap();
     let evidence = expiry["evidence"].as_str().unwrap();
@@ -283,6 +289,44 @@ async fn the_negative_control_shows_violations_and_the_report_shows_them() {
     check_html(&html, 4, 1);
     assert!(html.contains("class=\"violation\""));
     assert!(html.contains("class=\"paused\""));
+    explains_itself(&html);
+    // Issue 23 point 12: every violation in a visible table, not only in SVG tooltips.
+    let violations = &html[html.find("<h3>Violations: run</h3>").expect("violations")..];
+    assert!(
+        violations.contains("<td>stale write accepted</td>")
+            || violations.contains("<td>overlap, both writes accepted</td>"),
+        "{violations}"
+    );
+    assert!(violations.contains("token "), "{violations}");
+}
+
+/// Issue 23 point 12: the report explains itself: a plain-language summary first, what each
+/// figure means, the recovery after each fault in ms, a legend for every mark drawn.
+fn explains_itself(html: &str) {
+    let body = html.find("<body>").unwrap();
+    let summary = html.find("What this report says").expect("summary");
+    let checks = html.find("<h2>Checks</h2>").unwrap();
+    assert!(
+        body < summary && summary < checks,
+        "the summary comes first"
+    );
+    for words in [
+        "fencing token",
+        "fenced",
+        "acquires of unknown outcome</dt>",
+        "liveness bound",
+        "Recovery after each fault",
+        "holding, write failed",
+        "holding, no write",
+        "paused (SIGSTOP)",
+        "lost() fired",
+        "fault that did not take effect",
+        "@media print",
+    ] {
+        assert!(html.contains(words), "no {words:?}");
+    }
+    let recovery = &html[html.find("Recovery after each fault").unwrap()..];
+    assert!(recovery.contains(" ms</td>"), "recovery times in ms");
 }
 
 /// Against a server given with --url (here one the test started): only the client faults
@@ -331,6 +375,12 @@ async fn verify_against_a_url_runs_client_faults_and_the_control() {
     }
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     check_html(&html, 3, 2);
+    explains_itself(&html);
+    assert!(html.contains("negative control"), "the control explained");
+    assert!(
+        html.contains("red is expected"),
+        "the control's banner explained"
+    );
 }
 
 /// A small well-formedness check: every tag closed in order, attributes quoted, nothing
@@ -384,4 +434,30 @@ async fn bad_flags_are_usage_errors() {
     assert_eq!(out.status.code(), Some(USAGE));
     let out = verify(&["--clients", "0"], dir.path()).await;
     assert_eq!(out.status.code(), Some(USAGE));
+}
+
+/// Issue 23 point 11: a run in which no fault happened (etcd has no session-expiry fault:
+/// skipped) is inconclusive, exit 2, and says so; it never says "passed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_without_a_fault_is_inconclusive() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = verify(
+        &[
+            "--backend",
+            "etcd",
+            "--faults",
+            "session-expiry",
+            "--duration",
+            "5s",
+            "--no-control",
+        ],
+        dir.path(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("INCONCLUSIVE"), "{}", text(&out));
+    assert!(!text(&out).contains("passed"), "{}", text(&out));
+    assert_eq!(report(dir.path())["inconclusive"], true);
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("Inconclusive"), "the report says so");
 }

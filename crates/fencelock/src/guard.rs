@@ -163,7 +163,10 @@ impl Drop for Guard {
         }
         self.state.finish();
         let client = &self.client;
-        client.service.release_later(&client.ctx, &self.state);
+        client
+            .service
+            .clone()
+            .release_later(&client.ctx, &self.state);
     }
 }
 

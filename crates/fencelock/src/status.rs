@@ -53,73 +53,15 @@ pub struct Waiter {
     /// [`Waiter::unreadable`].
     pub window: Duration,
     /// How long the place stays valid: `window - age`, zero once it ran out. A waiter handed
-    /// the lock now would first hold it for this long (then its watchdog renews it, or a
-    /// fixed lease is extended to the whole lease).
+    /// the lock while this is not zero holds it for one window from then, which its watchdog
+    /// renews to the whole lease (a fixed lease is its own window).
     pub remaining: Duration,
     /// The release script would skip this place: less than 2 ms of its window is left (the
     /// least it hands over), or the place is unreadable.
     pub expired: bool,
     /// `Some` when the queue names this owner but its place cannot be used: the server has
-    /// none for it (`"no place recorded"`), or it is not in the
-    /// `attempt window_ms since_us [lease_ms [client]]` format (the description quotes it).
-    /// Nothing else writes these keys, so this means they were changed by hand or by another
-    /// program.
+    /// none for it (`"no place recorded"`), or it is not in the format fencelock writes (the
+    /// description quotes it). Nothing else writes these keys, so this means they were changed
+    /// by hand or by another program.
     pub unreadable: Option<String>,
-}
-
-impl Waiter {
-    /// What the server stored for `owner` (`None`: no place), read at `now_us` on the server's
-    /// clock.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn from_place(owner: String, place: Option<&str>, now_us: u64) -> Self {
-        let unreadable = |reason: String| Self {
-            owner: owner.clone(),
-            age: Duration::ZERO,
-            window: Duration::ZERO,
-            remaining: Duration::ZERO,
-            expired: true,
-            unreadable: Some(reason),
-        };
-        let Some(place) = place else {
-            return unreadable("no place recorded".to_owned());
-        };
-        // The format the release script reads (queue.lua's parse_place): 'attempt window_ms
-        // since_us [lease_ms [client]]' (the lease to hand over, and the client id whose channel
-        // hears the handover; places of earlier versions have neither, or no client).
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
-        let number = |s: &str| digits(s).then(|| s.parse::<u64>().ok()).flatten();
-        let mut parts = place.split(' ');
-        let parsed = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-            (Some(attempt), Some(window), Some(since), lease)
-                if digits(attempt)
-                    && lease.is_none_or(digits)
-                    && parts
-                        .next()
-                        .is_none_or(|client| lease.is_some() && hex(client))
-                    && parts.next().is_none() =>
-            {
-                number(window).zip(number(since))
-            }
-            _ => None,
-        };
-        let Some((window_ms, since_us)) = parsed else {
-            return unreadable(format!(
-                "place {place:?} is not \"attempt window_ms since_us [lease_ms [client]]\""
-            ));
-        };
-        let window_us = window_ms.saturating_mul(1000);
-        // As queue.lua's end_holding counts: what is left is since + window - now (a place
-        // stamped ahead of this clock, e.g. by a server whose clock went back, has more than its
-        // window).
-        let remaining_us = since_us.saturating_add(window_us).saturating_sub(now_us);
-        Self {
-            owner,
-            age: Duration::from_micros(now_us.saturating_sub(since_us)),
-            window: Duration::from_millis(window_ms),
-            remaining: Duration::from_micros(remaining_us),
-            expired: remaining_us < 2000,
-            unreadable: None,
-        }
-    }
 }

@@ -169,14 +169,7 @@ impl Watchdog {
     /// of it at once. (Fixed leases are not renewed, so they are not checked.)
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn renew_all_now(&self) {
-        let leases: Vec<Arc<LeaseState>> = {
-            let queue = self.queue();
-            queue
-                .heap
-                .iter()
-                .filter_map(|e| e.lease.upgrade())
-                .collect()
-        };
+        let leases = self.leases();
         let now = Instant::now();
         for lease in leases.iter().filter(|l| l.hold.renew) {
             let mut times = lease.times();
@@ -185,6 +178,16 @@ impl Watchdog {
                 self.schedule(lease, &mut times);
             }
         }
+    }
+
+    /// The leases the watchdog tracks (a lease may be listed more than once).
+    pub(crate) fn leases(&self) -> Vec<Arc<LeaseState>> {
+        let queue = self.queue();
+        queue
+            .heap
+            .iter()
+            .filter_map(|e| e.lease.upgrade())
+            .collect()
     }
 
     /// Queues a lease at its next event: a new lease, or one whose deadline moved (extended

@@ -46,3 +46,29 @@ async fn an_unknown_scheme_is_not_blamed_on_the_redis_feature() {
         }
     }
 }
+
+/// `services()` lists every service in a fixed order, says which this build has, and each
+/// example URL is one of its own schemes.
+#[test]
+fn services_lists_every_service_and_what_this_build_has() {
+    let listed: Vec<(&str, bool)> = fencelock::services()
+        .iter()
+        .map(|s| (s.name(), s.is_built()))
+        .collect();
+    let expected: Vec<(&str, bool)> = SERVICES.iter().map(|(_, f, b)| (*f, *b)).collect();
+    assert_eq!(listed, expected);
+    for service in fencelock::services() {
+        let example = service.url_example();
+        assert!(
+            service.schemes().iter().any(|s| example.starts_with(s)),
+            "{service:?}"
+        );
+        assert!(!service.url_form().is_empty(), "{service:?}");
+    }
+    let several: Vec<&str> = fencelock::services()
+        .iter()
+        .filter(|s| s.takes_several_urls())
+        .map(|s| s.name())
+        .collect();
+    assert_eq!(several, ["redis"]);
+}

@@ -352,6 +352,8 @@ async fn a_waiter_wakes_on_release_without_polling() {
     );
 
     let base = server.command_calls("evalsha");
+    // Each client subscribed its own channel when it connected.
+    let subscribed = server.command_calls("subscribe");
     let lock = waiter.lock("wake");
     let task = tokio::spawn(async move {
         let g = lock.acquire().await.unwrap();
@@ -361,7 +363,8 @@ async fn a_waiter_wakes_on_release_without_polling() {
     // The waiter's attempt, SUBSCRIBE, and one attempt more (a release between the first
     // attempt and the subscription must not be missed).
     eventually(5.0, "waiter subscribed", || {
-        server.command_calls("subscribe") == 1 && server.command_calls("evalsha") == base + 2
+        server.command_calls("subscribe") == subscribed + 1
+            && server.command_calls("evalsha") == base + 2
     })
     .await;
     let attempts_before = server.command_calls("evalsha");
@@ -389,6 +392,7 @@ async fn local_waiters_are_served_in_arrival_order() {
     let server = server();
     let client = client(&server).await;
     let guard = client.lock("fifo").acquire().await.unwrap();
+    let subscribed = server.command_calls("subscribe");
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..5 {
@@ -402,7 +406,10 @@ async fn local_waiters_are_served_in_arrival_order() {
         // Each joins the queue before the next starts (the first one subscribes; the others
         // queue behind it locally, without a command).
         if i == 0 {
-            eventually(5.0, "subscribed", || server.command_calls("subscribe") >= 1).await;
+            eventually(5.0, "subscribed", || {
+                server.command_calls("subscribe") > subscribed
+            })
+            .await;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -787,4 +794,44 @@ async fn a_restart_that_lost_the_lock_is_heard_at_once() {
     // Meanwhile the lock is free for others.
     let other = client_with(&server, short_lease(30_000)).await;
     assert!(other.lock("restarted").try_acquire().await.unwrap().is_ok());
+}
+
+/// Issue 23 point 4: a holder hears of a forced unlock by another client at once (its
+/// client's own channel, subscribed on connect), not at its next renewal a third of the lease
+/// later, and `lost()` fires with the forced-unlock reason. Another holding of the same client
+/// is not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_hears_of_a_forced_unlock_at_once() {
+    let server = server();
+    let holder = client(&server).await;
+    let guard = holder.lock("forced").acquire().await.unwrap();
+    let kept = holder.lock("kept").acquire().await.unwrap();
+    let admin = client(&server).await;
+    let removed = admin.force_unlock("forced").await.unwrap();
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    within(1.0, "lost after the forced unlock", guard.lost()).await;
+    let reason = guard.lost_reason().unwrap();
+    assert!(reason.contains("forced unlock"), "{reason}");
+    assert!(kept.is_held());
+    assert_eq!(kept.release().await.unwrap(), Released::Released);
+}
+
+/// Issue 23 points 4 and 8: an explicit owner id that starts with the client's id and a
+/// colon (the CLI names its holdings `<client id>:<host>/<pid>/<program>/<since>`) is told of
+/// a forced unlock at once too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_id_after_the_client_id_hears_of_a_forced_unlock_at_once() {
+    let server = server();
+    let holder = client(&server).await;
+    let owner = format!("{}:web1/4242/report.sh/1795744801", holder.id());
+    let guard = holder
+        .lock("forced")
+        .with_owner(&owner)
+        .acquire()
+        .await
+        .unwrap();
+    let admin = client(&server).await;
+    let removed = admin.force_unlock("forced").await.unwrap();
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    within(1.0, "lost after the forced unlock", guard.lost()).await;
 }

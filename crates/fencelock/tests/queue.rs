@@ -179,7 +179,7 @@ async fn ghost_ahead(
     server
         .command(&["RPUSH", "fencelock:{ghosts}:queue", ghost])
         .unwrap();
-    let place = format!("{} 1000 {since}", since % 1000 + 1);
+    let place = format!("{} 1000 {since} 0badc0de", since % 1000 + 1);
     server
         .command(&["HSET", "fencelock:{ghosts}:waiting", ghost, &place])
         .unwrap();
@@ -631,4 +631,128 @@ async fn a_waiter_whose_place_a_clone_gave_up_is_served_under_contention() {
     assert_eq!(guard.hold_count(), 1);
     assert_eq!(guard.release().await.unwrap(), Released::Released);
     stop_turns(&stop, turns).await;
+}
+
+/// The environment variable that makes [`waiter_process`] wait for a lock on this server URL.
+const WAITER_URL: &str = "FENCELOCK_TEST_WAITER_URL";
+
+/// Not a test of its own: the waiting process of
+/// [`a_waiter_killed_while_queued_costs_others_one_window`], which starts this test binary
+/// again to run it and kills it with SIGKILL while it waits. Without [`WAITER_URL`] it does
+/// nothing; with it, it waits for the lock "dead" and ends by itself after 60 s at the latest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_process() {
+    let Ok(url) = std::env::var(WAITER_URL) else {
+        return;
+    };
+    let client = Client::connect(&url).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(60), async {
+        let _guard = client.lock("dead").acquire().await.unwrap();
+        std::future::pending::<()>().await
+    });
+    let _ = waited.await;
+}
+
+/// A child process, killed (SIGKILL, by its PID) and reaped when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Issue 22 point 7: a waiter whose process is killed (SIGKILL) while it has a place in the
+/// server's queue costs the waiters behind it at most one window (5 s with the watchdog), not
+/// the 30 s lease: the release hands the dead waiter's place one window, not the whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_killed_while_queued_costs_others_one_window() {
+    let server = server();
+    let holder = client(&server).await;
+    let guard = holder.lock("dead").acquire().await.unwrap();
+    let mut dead = Child(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "waiter_process", "--nocapture"])
+            .env(WAITER_URL, server.url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    eventually(20.0, "the waiting process took its place", || {
+        queue_len(&server, "dead") == 1
+    })
+    .await;
+    dead.0.kill().unwrap();
+    dead.0.wait().unwrap();
+    let waiter = client(&server).await;
+    let lock = waiter.lock("dead");
+    let task = tokio::spawn(async move { lock.acquire().await.unwrap() });
+    eventually(5.0, "the live waiter queued behind", || {
+        queue_len(&server, "dead") == 2
+    })
+    .await;
+    let released = std::time::Instant::now();
+    guard.release().await.unwrap();
+    // The dead waiter's place was handed the lock, for one window.
+    let status = waiter.status("dead").await.unwrap();
+    assert_eq!(status.owners.len(), 1);
+    let left = status.remaining_lease.unwrap();
+    assert!(
+        left <= Duration::from_secs(5),
+        "the dead waiter holds {left:?}"
+    );
+    let next = within(7.0, "the live waiter after the dead one", task)
+        .await
+        .unwrap();
+    let waited = released.elapsed();
+    assert!(waited <= Duration::from_millis(6500), "waited {waited:?}");
+    assert!(next.is_held());
+    next.release().await.unwrap();
+}
+
+/// A live waiter handed the lock gets one window (5 s with the watchdog) without a request
+/// of its own (the handover is one command, the release), and its watchdog renews it to the
+/// whole lease a third into that window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_waiter_handed_over_renews_to_its_whole_lease() {
+    let server = server();
+    let holder = client(&server).await;
+    let guard = holder.lock("live").acquire().await.unwrap();
+    let waiter = client(&server).await;
+    let lock = waiter.lock("live");
+    let task = tokio::spawn(async move { lock.acquire().await.unwrap() });
+    eventually(5.0, "the waiter took its place", || {
+        queue_len(&server, "live") == 1
+    })
+    .await;
+    let base = server.command_calls("evalsha");
+    guard.release().await.unwrap();
+    let next = within(5.0, "handed over", task).await.unwrap();
+    let pttl = || {
+        server
+            .command(&["PTTL", "fencelock:{live}"])
+            .unwrap()
+            .int()
+            .unwrap()
+    };
+    assert!(pttl() <= 5000, "PTTL {}", pttl());
+    let validity = next.remaining_validity().unwrap();
+    assert!(validity <= Duration::from_secs(5), "{validity:?}");
+    assert_eq!(
+        server.command_calls("evalsha") - base,
+        1,
+        "only the release"
+    );
+    // Renewed about 1.7 s after the handover (a third into the 5 s window).
+    eventually(4.5, "renewed to the whole lease", || pttl() > 20_000).await;
+    within(1.0, "the guard's deadline follows", async {
+        while next.remaining_validity().unwrap() <= Duration::from_secs(20) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(next.is_held());
+    next.release().await.unwrap();
 }

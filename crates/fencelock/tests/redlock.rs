@@ -156,6 +156,57 @@ async fn tokens_increase_across_restarts_that_lose_data() {
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
 }
 
+/// Issue 22 point 7: after a server restarts empty, an acquire's request to it takes more
+/// steps (NOSCRIPT, the script loaded, sent again) and can still be under way when the
+/// majority has decided and the holder has released. The release must land there after that
+/// late grant, not before it: a grant left behind lasts a whole lease, and two of them (two
+/// servers restarted in turn) kept the lock from everyone for 30 s
+/// (`tokens_increase_across_restarts_that_lose_data` under load). Here the slow server has
+/// lost the acquire script but has the release script, and is 100 ms away: the release
+/// overtakes the acquire's second step unless it waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_lands_after_a_late_grant_on_a_server_that_lost_its_scripts() {
+    let servers = servers(3);
+    let slow = &servers[2];
+    let proxy = fencelock_testkit::TcpProxy::start(slow.port()).unwrap();
+    let urls = [
+        servers[0].url(),
+        servers[1].url(),
+        format!("redis://{}", proxy.connect_string()),
+    ];
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = fencelock::Client::connect_all_with(&urls, ClientOptions::default())
+        .await
+        .unwrap();
+    let lock = client.lock("late");
+    lock.acquire().await.unwrap().release().await.unwrap();
+    // The slow server loses its scripts and loads the release script again only.
+    slow.command(&["SCRIPT", "FLUSH"]).unwrap();
+    let loads = slow.command_calls("script|load");
+    assert_eq!(lock.release().await.unwrap(), Released::NotHeld);
+    eventually(5.0, "the release script loaded again", || {
+        slow.command_calls("script|load") > loads
+    })
+    .await;
+    proxy.set_latency(Duration::from_millis(100));
+    let guard = lock.acquire().await.unwrap();
+    let token = guard.fencing_token().to_string();
+    guard.release().await.unwrap();
+    // The acquire reaches the slow server at last (its counter shows the token)...
+    eventually(5.0, "the late grant on the slow server", || {
+        slow.command(&["GET", "fencelock:{late}:fence"])
+            .unwrap()
+            .text()
+            == Some(token.clone())
+    })
+    .await;
+    // ... and the release after it.
+    eventually(3.0, "no grant left behind on the slow server", || {
+        !has_key(slow, "late")
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn tokens_agree_across_a_lagging_server() {
     let servers = servers(3);
@@ -554,4 +605,18 @@ async fn close_reports_late_grants_it_could_not_remove() {
     })
     .await;
     assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+/// Issue 23 point 4, on RedLock: each server tells the holder's client of a forced unlock (the
+/// copies are heard once), and `lost()` fires at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_hears_of_a_forced_unlock_at_once() {
+    let servers = servers(3);
+    let holder = redlock(&servers, ClientOptions::default()).await;
+    let guard = holder.lock("forced").acquire().await.unwrap();
+    let admin = redlock(&servers, ClientOptions::default()).await;
+    admin.force_unlock("forced").await.unwrap();
+    within(1.0, "lost after the forced unlock", guard.lost()).await;
+    let reason = guard.lost_reason().unwrap();
+    assert!(reason.contains("forced unlock"), "{reason}");
 }

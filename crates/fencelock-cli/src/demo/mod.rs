@@ -28,12 +28,20 @@ pub struct DemoArgs {
     /// The service the lock lives on (the record stays on a throwaway Redis).
     #[arg(long, value_enum, default_value_t = Backend::Redis)]
     backend: Backend,
-    /// Worker processes contending in the first scene.
-    #[arg(long, default_value_t = 4)]
+    /// Worker processes contending in the first scene (2 to 64: contention needs two).
+    #[arg(long, default_value_t = 4, value_parser = in_range(2, 64))]
     workers: usize,
-    /// Lock acquisitions per worker in the first scene.
-    #[arg(long, default_value_t = 6)]
+    /// Lock acquisitions per worker in the first scene (1 to 1000).
+    #[arg(long, default_value_t = 6, value_parser = in_range(1, 1000))]
     rounds: usize,
+}
+
+/// A parser of whole numbers from `min` to `max`.
+fn in_range(min: usize, max: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
+    move |s: &str| match s.parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number from {min} to {max}")),
+    }
 }
 
 /// Runs `fencelock demo`.

@@ -185,3 +185,21 @@ pub(super) async fn start(backend: Backend) -> Result<(LockService, RedisServer)
         .map_err(|e| e.to_string())?;
     Ok((lock, record))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `demo --backend` offers every service of the library's registry that this build has
+    /// (a new service in the registry fails this test until the demo can start its server).
+    #[test]
+    fn every_built_service_has_a_demo_backend() {
+        for service in fencelock::services().iter().filter(|s| s.is_built()) {
+            assert!(
+                Backend::from_str(service.name(), true).is_ok(),
+                "no `demo --backend {}`",
+                service.name()
+            );
+        }
+    }
+}

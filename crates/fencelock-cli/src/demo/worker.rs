@@ -84,7 +84,7 @@ pub async fn worker(args: WorkerArgs) -> u8 {
     };
     match worker_steps(&args, token, term).await {
         Ok(outcome) => {
-            println!(
+            outln!(
                 "worker {} token {token}: write {outcome}",
                 std::process::id()
             );

@@ -250,6 +250,20 @@ pub fn validate(args: &VerifyArgs) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    /// `verify --backend` offers every service of the library's registry that this build
+    /// has (a new service fails this test until `verify` can start its servers).
+    #[test]
+    fn every_built_service_has_a_verify_backend() {
+        use clap::ValueEnum;
+        for service in fencelock::services().iter().filter(|s| s.is_built()) {
+            assert!(
+                Backend::from_str(service.name(), true).is_ok(),
+                "no `verify --backend {}`",
+                service.name()
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use fencelock_testkit::{EtcdServer, RedisServer, ZooKeeperServer};
+use fencelock_testkit::{EtcdServer, RedisCluster, RedisServer, ZooKeeperServer};
 use serde::Serialize;
 
 use super::args::{Backend, Fault};
@@ -400,35 +400,7 @@ fn server_fault(fault: Fault, servers: &mut Servers, lease: Duration, lock: &str
             ))
         }
         (Fault::ClusterFailover | Fault::SlotMigration, Servers::Cluster(cluster)) => {
-            let slot = cluster.slot(lock);
-            let old = cluster
-                .master_of(slot)
-                .map(RedisServer::port)
-                .ok_or("the lock's slot has no master")?;
-            let new = if fault == Fault::ClusterFailover {
-                cluster
-                    .failover(old)
-                    .map_err(|e| failed("CLUSTER FAILOVER", e))?
-            } else {
-                let to = cluster
-                    .topology()
-                    .iter()
-                    .find(|n| n.master && n.port != old)
-                    .map(|n| n.port)
-                    .ok_or("no other master")?;
-                cluster
-                    .migrate_slot(slot, to)
-                    .map_err(|e| failed("slot migration", e))?;
-                to
-            };
-            let now_at = cluster.master_of(slot).map(RedisServer::port);
-            if now_at != Some(new) {
-                return Err(format!("slot {slot} is served by {now_at:?}, not :{new}"));
-            }
-            Ok((
-                format!("slot {slot}"),
-                format!("slot {slot} (the lock's) moved from master :{old} to :{new}"),
-            ))
+            move_lock_slot(fault, cluster, lock)
         }
         (Fault::LeaderKill, Servers::Ensemble(e)) => {
             let old = e.leader().ok_or("the ensemble has no leader")?;
@@ -460,6 +432,39 @@ fn server_fault(fault: Fault, servers: &mut Servers, lease: Duration, lock: &str
         }
         (fault, _) => Err(format!("{} does not apply here", fault.name())),
     }
+}
+
+/// Cluster: fail over the master of the lock's slot, or migrate the slot to another master.
+fn move_lock_slot(fault: Fault, cluster: &mut RedisCluster, lock: &str) -> Outcome {
+    let slot = cluster.slot(lock);
+    let old = cluster
+        .master_of(slot)
+        .map(RedisServer::port)
+        .ok_or("the lock's slot has no master")?;
+    let new = if fault == Fault::ClusterFailover {
+        cluster
+            .failover(old)
+            .map_err(|e| failed("CLUSTER FAILOVER", e))?
+    } else {
+        let to = cluster
+            .topology()
+            .iter()
+            .find(|n| n.master && n.port != old)
+            .map(|n| n.port)
+            .ok_or("no other master")?;
+        cluster
+            .migrate_slot(slot, to)
+            .map_err(|e| failed("slot migration", e))?;
+        to
+    };
+    let now_at = cluster.master_of(slot).map(RedisServer::port);
+    if now_at != Some(new) {
+        return Err(format!("slot {slot} is served by {now_at:?}, not :{new}"));
+    }
+    Ok((
+        format!("slot {slot}"),
+        format!("slot {slot} (the lock's) moved from master :{old} to :{new}"),
+    ))
 }
 
 /// SIGSTOP a server for twice the lease.

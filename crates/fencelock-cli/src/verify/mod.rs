@@ -39,8 +39,11 @@ use run::{RunReport, RunSpec};
 
 /// A safety check failed (or the run could not be carried out).
 const VIOLATIONS: u8 = 1;
+/// No safety check failed, but no fault happened: nothing was tested under faults.
+const INCONCLUSIVE: u8 = 2;
 
-/// Runs `fencelock verify`. Exit status 0 only when every safety check of the run passed.
+/// Runs `fencelock verify`. Exit status 0 when every safety check of the run passed and a
+/// fault happened, 1 on violations, 2 when no fault happened (inconclusive).
 pub async fn verify(args: VerifyArgs) -> u8 {
     let faults =
         match args::validate(&args).and_then(|()| args::parse_faults(&args.faults, args.backend)) {
@@ -94,20 +97,7 @@ async fn verify_with(
         tty: std::io::stdout().is_terminal(),
     });
     let mut deployment = start_servers(args, &faults, &progress).await?;
-    // Network faults find out only now whether this process may create namespaces.
-    for (fault, reason) in std::mem::take(&mut deployment.unavailable) {
-        faults.retain(|&f| f != fault);
-        skipped.push(faults::Skipped {
-            fault: fault.name(),
-            reason,
-        });
-    }
-    for s in &skipped {
-        progress.line(&format!(
-            "fencelock verify: skipped {}: {}",
-            s.fault, s.reason
-        ));
-    }
+    skip_unavailable(&mut deployment, &mut faults, &mut skipped, &progress);
     let lease = args.lease.unwrap_or(args.backend.default_lease());
     let bound = liveness_bound(lease, args.backend);
     let needed = faults::min_duration(&faults, lease);
@@ -158,12 +148,36 @@ async fn verify_with(
         lease_ms: lease.as_millis() as u64,
         liveness_bound_ms: bound.as_millis() as u64,
         schedule,
+        inconclusive: runs.first().is_some_and(report::inconclusive),
         skipped,
         runs,
     };
     report::write(&args.report, &report)
         .map_err(|e| (VIOLATIONS, format!("cannot write the report: {e}")))?;
     Ok(conclude(&report, &args.report, &progress))
+}
+
+/// Network faults find out only once the servers started whether this process may create
+/// namespaces: those that cannot run join the skipped ones; every skipped one is said.
+fn skip_unavailable(
+    deployment: &mut servers::Deployment,
+    faults: &mut Vec<Fault>,
+    skipped: &mut Vec<faults::Skipped>,
+    progress: &Progress,
+) {
+    for (fault, reason) in std::mem::take(&mut deployment.unavailable) {
+        faults.retain(|&f| f != fault);
+        skipped.push(faults::Skipped {
+            fault: fault.name(),
+            reason,
+        });
+    }
+    for s in skipped.iter() {
+        progress.line(&format!(
+            "fencelock verify: skipped {}: {}",
+            s.fault, s.reason
+        ));
+    }
 }
 
 /// The run, then its negative control (the same schedule without fencing) if asked.
@@ -229,20 +243,26 @@ fn conclude(report: &Report, dir: &std::path::Path, progress: &Progress) -> u8 {
             );
         }
     }
-    let verdict = if run.verdict.safe() {
-        "every safety check passed"
+    let (verdict, code) = if !run.verdict.safe() {
+        ("SAFETY VIOLATIONS found".to_string(), VIOLATIONS)
+    } else if report.inconclusive {
+        (
+            format!(
+                "INCONCLUSIVE: no fault happened ({} skipped, {} did not take effect), so \
+                 nothing was tested under faults; no violation was seen",
+                report.skipped.len(),
+                run.injected.len()
+            ),
+            INCONCLUSIVE,
+        )
     } else {
-        "SAFETY VIOLATIONS found"
+        ("every safety check passed".to_string(), 0)
     };
     progress.line(&format!(
         "fencelock verify: {verdict}; report: {}",
         dir.join("report.html").display()
     ));
-    if run.verdict.safe() {
-        0
-    } else {
-        VIOLATIONS
-    }
+    code
 }
 
 /// The command line, for the report (the password is never on it).

@@ -7,12 +7,11 @@
 //! Services get the client's background machinery (`Ctx`) from above and never import the
 //! API: modules import downward only.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::abandoned::Abandoned;
 use crate::background::Background;
 use crate::error::{Error, InputError};
 use crate::lease::{LeaseState, Renewal};
@@ -30,19 +29,44 @@ pub(crate) mod holdings;
 pub(crate) mod queue;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+pub(crate) mod registry;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod session_holds;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
-/// What the client lends every service: its timers, its background task, the attempts it
-/// gave up, and its options.
+/// What the client lends every service: its timers, its background task and its options.
 pub(crate) struct Ctx {
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) background: Background,
-    pub(crate) abandoned: Arc<Abandoned>,
     pub(crate) options: ClientOptions,
 }
+
+/// What a service's connect function gets: the URLs (one, or several where the service takes
+/// several), the client's options and the machinery it may keep. Not every service reads every
+/// field, so a build of some services only may leave one unread.
+#[allow(dead_code)]
+pub(crate) struct Connecting<'a> {
+    pub(crate) urls: &'a [&'a str],
+    pub(crate) options: &'a ClientOptions,
+    pub(crate) background: &'a Background,
+    pub(crate) watchdog: Weak<Watchdog>,
+    /// The prefix of this client's owner ids.
+    pub(crate) client_id: &'a str,
+}
+
+impl Connecting<'_> {
+    /// The one URL of a service that takes one (the registry checked that there is one).
+    pub(crate) fn url(&self) -> &str {
+        self.urls.first().copied().unwrap_or_default()
+    }
+}
+
+/// A connected service and the warnings found on connect.
+pub(crate) type Connected = (Arc<dyn LockService>, Vec<String>);
+
+/// A service's connect function, as its line in [`registry`] names it.
+pub(crate) type Connect = for<'a> fn(Connecting<'a>) -> BoxFuture<'a, Result<Connected, Error>>;
 
 /// A lock's state as the service has it, for `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,180 +160,109 @@ pub enum Released {
     NotHeld,
 }
 
-/// The coordination service behind a client.
-pub(crate) enum Service {
-    /// Redis: one server, Sentinel, Cluster, or RedLock over several servers.
-    #[cfg(feature = "redis")]
-    Redis(redis::RedisFamily),
-    /// ZooKeeper (feature `zookeeper`): Curator's lock layout, one session per client.
-    #[cfg(feature = "zookeeper")]
-    ZooKeeper(zookeeper::ZooKeeper),
-    /// etcd (feature `etcd`): the layout of etcd's `concurrency.Mutex`, one lease per client.
-    #[cfg(feature = "etcd")]
-    Etcd(etcd::Etcd),
-}
+/// A coordination service, as the core sees it: the seam every service implements in its
+/// folder (`backend/<service>/`) and registers in [`registry`].
+///
+/// Required: where it is, acquire, release, release by owner, status and force-unlock.
+/// The rest has defaults for what only some services do: `extend` and `renew` refuse (a
+/// service whose locks live in a session has no lease per lock), `release_later` runs
+/// `release` through the client's background task, `check_name` and `check` accept.
+///
+/// Operations return boxed futures: the seam erases each service's future type, whose
+/// nesting (a RedLock fan-out over one-server requests) would otherwise reach every caller's
+/// future, and the compiler's default limits would refuse `tokio::spawn(lock.acquire())` in
+/// the user's crate. The trait object adds one virtual call next to that allocation.
+pub(crate) trait LockService: Send + Sync + 'static {
+    /// The service's name in errors (`"Redis"`, `"ZooKeeper"`, `"etcd"`).
+    fn name(&self) -> &'static str;
 
-impl Service {
     /// Where the service is, for errors and logs.
-    pub(crate) fn server(&self) -> String {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => r.server(),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => z.server(),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => e.server(),
-        }
-    }
+    fn server(&self) -> String;
 
     /// The service's own rules for lock names (beyond [`crate::validate_name`]'s), checked
     /// before any I/O.
-    pub(crate) fn check_name(&self, name: &str) -> Result<(), InputError> {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => r.check_name(name),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => z.check_name(name),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => e.check_name(name),
-        }
+    fn check_name(&self, _name: &str) -> Result<(), InputError> {
+        Ok(())
     }
 
     /// Options that only some services understand are checked here, before any I/O.
-    pub(crate) fn check(&self, options: &LockOptions, lease: Duration) -> Result<(), InputError> {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => r.check(options, lease),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => z.check(options, lease),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => e.check(options, lease),
-        }
+    fn check(&self, _options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
+        Ok(())
     }
 
     /// Acquires, waiting as `wait` says.
-    ///
-    /// Boxed, as every operation of the seam is: the seam erases each service's future type. Its nesting (a
-    /// RedLock fan-out over one-server requests) would otherwise reach every caller's future,
-    /// and the compiler's default limits would refuse `tokio::spawn(lock.acquire())` in the
-    /// user's crate.
-    pub(crate) fn acquire<'a>(
+    fn acquire<'a>(
         &'a self,
         ctx: &'a Ctx,
         request: &'a LockRequest<'a>,
         wait: Wait,
-    ) -> BoxFuture<'a, Result<Acquired, Error>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => Box::pin(r.acquire(ctx, request, wait)),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => Box::pin(z.acquire(ctx, request, wait)),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => Box::pin(e.acquire(ctx, request, wait)),
-        }
-    }
+    ) -> BoxFuture<'a, Result<Acquired, Error>>;
 
     /// Gives back a guard's hold; a hold that is gone is left alone.
-    pub(crate) fn release<'a>(
+    fn release<'a>(
         &'a self,
         ctx: &'a Ctx,
         hold: &'a Arc<LeaseState>,
-    ) -> BoxFuture<'a, Result<Released, Error>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => Box::pin(r.release(ctx, hold)),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => Box::pin(z.release(ctx, hold)),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => Box::pin(e.release(ctx, hold)),
-        }
-    }
+    ) -> BoxFuture<'a, Result<Released, Error>>;
 
-    /// Gives back a guard's hold in the background (a guard dropped without `release`).
-    pub(crate) fn release_later(&self, ctx: &Ctx, hold: &Arc<LeaseState>) {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => r.release_later(ctx, hold),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => z.release_later(ctx, hold),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => e.release_later(ctx, hold),
-        }
+    /// Gives back a guard's hold in the background (a guard dropped without `release`, or a
+    /// release whose answer never came): `release`, as tracked work of the client's task.
+    fn release_later(self: Arc<Self>, ctx: &Arc<Ctx>, hold: &Arc<LeaseState>) {
+        let (ctx_, hold) = (ctx.clone(), hold.clone());
+        ctx.background.finish(async move {
+            if let Err(e) = self.release(&ctx_, &hold).await {
+                ctx_.background.failed();
+                tracing::warn!(lock = %hold.hold.lock.name, error = %e, "background release failed; it is tried again in the background, or the lease or session ends it");
+            }
+        });
     }
 
     /// Gives back the owner's newest hold, without a guard.
-    pub(crate) fn release_owner<'a>(
+    fn release_owner<'a>(
         &'a self,
         lock: &'a Arc<LockName>,
         owner: &'a Arc<str>,
-    ) -> BoxFuture<'a, Result<Released, Error>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => Box::pin(r.release_owner(lock, owner)),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => Box::pin(z.release_owner(lock, owner)),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => Box::pin(e.release_owner(lock, owner)),
-        }
-    }
+    ) -> BoxFuture<'a, Result<Released, Error>>;
 
-    /// Extends a hold's lease to at least `lease` while the hold is live.
-    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
-    pub(crate) fn extend<'a>(
+    /// Extends a hold's lease to at least `lease` while the hold is live. By default
+    /// refused: a lock that lives in the client's session has no lease of its own.
+    fn extend<'a>(
         &'a self,
-        hold: &'a Arc<LeaseState>,
-        lease: Duration,
+        _hold: &'a Arc<LeaseState>,
+        _lease: Duration,
     ) -> BoxFuture<'a, Result<Renewal, Error>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => Box::pin(r.extend(hold, lease)),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => Box::pin(std::future::ready(z.extend())),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => Box::pin(std::future::ready(e.extend())),
-        }
+        Box::pin(std::future::ready(Err(Error::Unsupported {
+            service: self.name(),
+            what: "Guard::extend",
+            why: "a lock of this service lasts as long as the client's session (or lease), \
+                  which the client keeps alive by itself; there is no lease per lock to extend",
+        })))
     }
 
-    /// Renews the holds the watchdog found due.
-    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
-    pub(crate) fn renew(&self, holds: Vec<Arc<LeaseState>>) -> BoxFuture<'_, Renewals> {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => Box::pin(r.renew(holds)),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => Box::pin(std::future::ready(z.renew())),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => Box::pin(std::future::ready(e.renew())),
-        }
+    /// Renews, in one request where the service can, the batch of holds the watchdog found
+    /// due; one outcome per hold, in order. By default refused: the watchdog never asks a
+    /// service whose holds it does not renew (`Hold::renew` false).
+    fn renew(&self, _holds: Vec<Arc<LeaseState>>) -> BoxFuture<'_, Renewals> {
+        Box::pin(std::future::ready(Err(Error::Unsupported {
+            service: self.name(),
+            what: "renewing a lease",
+            why: "locks of this service are kept alive by the client's session (or lease)",
+        })))
     }
 
     /// What the service knows about a lock.
-    pub(crate) fn status<'a>(
-        &'a self,
-        lock: &'a Arc<LockName>,
-    ) -> BoxFuture<'a, Result<RawStatus, Error>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => Box::pin(r.status(lock)),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => Box::pin(z.status(lock)),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => Box::pin(e.status(lock)),
-        }
+    fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>>;
+
+    /// How many give-backs the service has not confirmed yet (attempts and holds given up
+    /// whose undo failed or is under way), for `Client::close` to report. By default none:
+    /// a service that retries give-backs itself tracks them as background work.
+    fn unconfirmed(&self) -> usize {
+        0
     }
 
     /// Deletes a lock whoever holds it; returns the owners and hold counts it had.
-    pub(crate) fn force_unlock<'a>(
+    fn force_unlock<'a>(
         &'a self,
         lock: &'a Arc<LockName>,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
-        match self {
-            #[cfg(feature = "redis")]
-            Service::Redis(r) => Box::pin(r.force_unlock(lock)),
-            #[cfg(feature = "zookeeper")]
-            Service::ZooKeeper(z) => Box::pin(z.force_unlock(lock)),
-            #[cfg(feature = "etcd")]
-            Service::Etcd(e) => Box::pin(e.force_unlock(lock)),
-        }
-    }
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>>;
 }

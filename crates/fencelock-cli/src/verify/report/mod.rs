@@ -1,6 +1,7 @@
 //! The report: `report.json` with every event, and `report.html`, self-contained (inline
 //! CSS and SVG, no external resources), with the run and its negative control side by side.
 
+mod guide;
 mod svg;
 
 use std::fmt::Write as _;
@@ -31,10 +32,18 @@ pub struct Report {
     pub liveness_bound_ms: u64,
     /// The fault schedule (the same for every run).
     pub schedule: Vec<Planned>,
+    /// No fault happened in the run: whatever the checks say, nothing was tested under
+    /// faults (exit status 2).
+    pub inconclusive: bool,
     /// Faults asked for that could not run, with the reason.
     pub skipped: Vec<Skipped>,
     /// The run, then its negative control.
     pub runs: Vec<RunReport>,
+}
+
+/// Whether no fault happened in `run` (none ran, or none took effect).
+pub fn inconclusive(run: &RunReport) -> bool {
+    !run.injected.iter().any(|i| i.happened)
 }
 
 /// Writes `report.json` and `report.html` into `dir`.
@@ -81,54 +90,73 @@ pub fn verdict_line(run: &RunReport) -> String {
     )
 }
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px;color:#1c2430;max-width:1200px}\
-h1{font-size:22px}h2{font-size:18px;margin-top:28px}\
-table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #d5d9df;padding:4px 10px;text-align:left;font-size:14px}\
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px;color:#1c2430;line-height:1.45}\
+h1{font-size:22px}h2{font-size:18px;margin-top:28px}h3{font-size:16px}\
+.intro{max-width:70em}.intro p{margin:6px 0}\
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #d5d9df;padding:4px 10px;text-align:left;font-size:14px;vertical-align:top}\
 th{background:#f0f2f5}.bad{color:#c62828;font-weight:600}.good{color:#2e7d32;font-weight:600}\
-.verdict{font-size:16px;padding:10px 14px;border-radius:6px;margin:6px 0}\
-.verdict.good{background:#e8f5e9}.verdict.bad{background:#ffebee}\
-code{background:#f0f2f5;padding:1px 4px;border-radius:3px}\
+.verdict{font-size:15px;padding:10px 14px;border-radius:6px;margin:6px 0}\
+.verdict.good{background:#e8f5e9}.verdict.bad{background:#ffebee}.verdict .note{font-weight:400;color:#37474f}\
+code{background:#f0f2f5;padding:1px 4px;border-radius:3px;overflow-wrap:anywhere}\
+dl.figures{max-width:70em;font-size:14px}dl.figures dt{font-weight:600;margin-top:6px}dl.figures dd{margin-left:18px}\
+svg.timeline{width:100%;height:auto;max-width:none}\
 svg .tick{font-size:10px;fill:#607080;text-anchor:middle}svg .lane-label{font-size:12px;fill:#37474f}\
 svg .token{font-size:10px;fill:#fff;font-family:monospace}svg .fault-label{font-size:11px;font-weight:600}\
 svg .kill-mark{font-size:12px;fill:#d32f2f;font-weight:700}\
 svg .violation{stroke:#d50000;stroke-width:2.5}\
 svg .overlap-fenced{stroke:#ef6c00;stroke-width:1.5;stroke-dasharray:4 3}\
 .legend span{display:inline-block;margin-right:14px;font-size:13px}\
-.sw{display:inline-block;width:14px;height:10px;margin-right:4px;vertical-align:middle}";
+.sw{display:inline-block;width:14px;height:10px;margin-right:4px;vertical-align:middle;box-sizing:border-box}\
+@media print{body{margin:0;font-size:12px}*{-webkit-print-color-adjust:exact;print-color-adjust:exact}\
+h2{break-after:avoid}table,svg,.verdict,.legend{break-inside:avoid}}";
 
 /// The HTML report.
 pub fn html(report: &Report) -> String {
     let mut out = String::new();
+    let service = guide::title(report.backend);
     let _ = write!(
         out,
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"/><title>fencelock \
-         verify: {}</title><style>{STYLE}</style></head><body><h1>fencelock verify: {}</h1>\
-         <p>{} · seed {} · {} clients · lease {} ms · liveness bound {} ms</p>\
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"/>\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/><title>fencelock \
+         verify: {service}</title><style>{STYLE}</style></head><body><h1>fencelock verify: {}</h1>\
+         <p>{service} · seed {} · {} clients · lease {} ms · liveness bound {} ms</p>\
          <p><code>{}</code></p>",
-        escape(&format!("{:?}", report.backend)),
         escape(&report.deployment),
-        escape(&format!("{:?}", report.backend)),
         report.seed,
         report.clients,
         report.lease_ms,
         report.liveness_bound_ms,
         escape(&report.command)
     );
+    guide::intro(&mut out, report);
     for run in &report.runs {
         let class = if run.verdict.safe() { "good" } else { "bad" };
+        let note = match run.fencing {
+            false => " <span class=\"note\">(negative control: red is expected)</span>",
+            true if report.inconclusive => {
+                " <span class=\"note\">(inconclusive: no fault took effect)</span>"
+            }
+            true => "",
+        };
         let _ = write!(
             out,
-            "<div class=\"verdict {class}\">{}</div>",
+            "<div class=\"verdict {class}\">{}{note}</div>",
             escape(&verdict_line(run))
         );
     }
     summary(&mut out, report);
+    out.push_str(guide::FIGURES);
+    for run in &report.runs {
+        guide::violations(&mut out, run);
+    }
+    guide::recoveries(&mut out, report);
     faults(&mut out, report);
-    out.push_str(LEGEND);
+    out.push_str("<h2>Timelines</h2>");
+    out.push_str(guide::LEGEND);
     for run in &report.runs {
         let _ = write!(
             out,
-            "<h2>Timeline: {}{}</h2>{}",
+            "<h3>{}{}</h3>{}",
             escape(&run.name),
             if run.fencing {
                 " (fenced)"
@@ -141,18 +169,6 @@ pub fn html(report: &Report) -> String {
     out.push_str("</body></html>\n");
     out
 }
-
-const LEGEND: &str = "<p class=\"legend\">\
-<span><i class=\"sw\" style=\"background:#b0bec5\"></i>waiting</span>\
-<span><i class=\"sw\" style=\"background:#2e7d32\"></i>holding, write accepted (token inside)</span>\
-<span><i class=\"sw\" style=\"background:#ef8f00\"></i>holding, write rejected as stale</span>\
-<span><i class=\"sw\" style=\"background:#c62828\"></i>stale write accepted</span>\
-<span><i class=\"sw\" style=\"background:#b39ddb\"></i>paused (SIGSTOP)</span>\
-<span><i class=\"sw\" style=\"background:#212121\"></i>killed</span>\
-<span><i class=\"sw\" style=\"background:#ff6f00\"></i>lost() fired</span>\
-<span><i class=\"sw\" style=\"border:2px solid #d50000\"></i>violation</span>\
-<span><i class=\"sw\" style=\"border:2px dashed #ef6c00\"></i>overlap fenced off</span>\
-<span><i class=\"sw\" style=\"background:#d32f2f;opacity:.3\"></i>fault</span></p>";
 
 /// The checks, one row each, one column per run: the run and its control side by side.
 fn summary(out: &mut String, report: &Report) {

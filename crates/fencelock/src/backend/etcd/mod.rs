@@ -26,13 +26,15 @@ use self::slots::{Slot, Slots};
 use super::current::{Current, Ends};
 use super::holdings::{Holdings, Sessioned};
 use super::queue::{self, rule::First};
-use super::{Acquired, Ctx, Held, LockRequest, RawStatus, Released, Wait};
+use super::{
+    Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
+};
 use crate::background::Background;
 use crate::error::{Error, InputError};
-use crate::lease::{Hold, LeaseState, Renewal};
+use crate::lease::{Hold, LeaseState};
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
-use crate::watchdog::Renewals;
+use crate::watchdog::BoxFuture;
 
 mod audit;
 mod driver;
@@ -86,106 +88,6 @@ impl Etcd {
     /// The current lease, or a new one if it has ended (expired or revoked).
     async fn inner(&self) -> Result<Arc<Inner>, Error> {
         self.current.live().await
-    }
-
-    pub(crate) fn server(&self) -> String {
-        self.current.now().session.server.clone()
-    }
-
-    /// Options that mean nothing here are refused: the client's lease is the lock's.
-    /// A lock name must be one key segment below the prefix.
-    pub(crate) fn check_name(&self, name: &str) -> Result<(), InputError> {
-        url::check_name(name)
-    }
-
-    pub(crate) fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
-        if options.replica_acks.is_some() {
-            return Err(InputError::InvalidOption {
-                option: "min_replica_acks",
-                reason: "a Redis option; etcd answers a write only after a quorum of the \
-                         cluster logged it",
-            });
-        }
-        if options.lease.is_some() {
-            return Err(InputError::InvalidOption {
-                option: "lease",
-                reason: "etcd locks last as long as the client's lease; set its TTL with \
-                         ClientOptions::default_lease instead",
-            });
-        }
-        Ok(())
-    }
-
-    pub(crate) async fn acquire(
-        &self,
-        ctx: &Ctx,
-        request: &LockRequest<'_>,
-        wait: Wait,
-    ) -> Result<Acquired, Error> {
-        self.inner().await?.acquire(ctx, request, wait).await
-    }
-
-    pub(crate) async fn release(
-        &self,
-        _ctx: &Ctx,
-        lease: &Arc<LeaseState>,
-    ) -> Result<Released, Error> {
-        // A hold of an ended lease is in no later lease's holdings: `NotHeld`.
-        let hold = &lease.hold;
-        self.current
-            .now()
-            .give_back(&hold.lock.name, &hold.owner, Some(hold.id))
-            .await
-    }
-
-    /// [`Etcd::release`] in the background (a guard dropped without `release`).
-    pub(crate) fn release_later(&self, ctx: &Ctx, lease: &Arc<LeaseState>) {
-        let (inner, lease, background) =
-            (self.current.now(), lease.clone(), ctx.background.clone());
-        ctx.background.finish(async move {
-            let hold = &lease.hold;
-            let given = inner.give_back(&hold.lock.name, &hold.owner, Some(hold.id)).await;
-            if let Err(e) = given {
-                background.failed();
-                tracing::warn!(lock = %hold.lock.name, error = %e, "background release failed; the key is deleted again in the background until it is gone or the lease ends");
-            }
-        });
-    }
-
-    pub(crate) async fn release_owner(
-        &self,
-        lock: &Arc<LockName>,
-        owner: &Arc<str>,
-    ) -> Result<Released, Error> {
-        self.inner().await?.release_owner(&lock.name, owner).await
-    }
-
-    pub(crate) fn extend(&self) -> Result<Renewal, Error> {
-        Err(Error::Unsupported {
-            service: SERVICE,
-            what: "Guard::extend",
-            why: "an etcd lock lasts as long as the client's lease, which the client keeps \
-                  alive by itself; there is no lease per lock to extend",
-        })
-    }
-
-    pub(crate) fn renew(&self) -> Renewals {
-        Err(Error::Unsupported {
-            service: SERVICE,
-            what: "renewing a lease",
-            why: "etcd locks are kept alive by the client's lease",
-        })
-    }
-
-    pub(crate) async fn status(&self, lock: &Arc<LockName>) -> Result<RawStatus, Error> {
-        self.inner().await?.status(&lock.name).await
-    }
-
-    pub(crate) async fn force_unlock(
-        &self,
-        lock: &Arc<LockName>,
-    ) -> Result<Vec<(String, u64)>, Error> {
-        self.inner().await?.force_unlock(&lock.name).await
     }
 }
 
@@ -397,5 +299,90 @@ impl Inner {
             .insert(name, request.owner, key.clone(), &lease);
         self.slots.keep(name, slot);
         Ok(Held { lease, count: 1 })
+    }
+}
+
+/// Connects etcd (its registry line): one URL that lists the servers.
+pub(crate) fn connect(c: Connecting<'_>) -> BoxFuture<'_, Result<Connected, Error>> {
+    Box::pin(async move {
+        let (etcd, warnings) = Etcd::connect(c.url(), c.options, c.background).await?;
+        Ok((Arc::new(etcd) as Arc<dyn LockService>, warnings))
+    })
+}
+
+impl LockService for Etcd {
+    fn name(&self) -> &'static str {
+        SERVICE
+    }
+
+    fn server(&self) -> String {
+        self.current.now().session.server.clone()
+    }
+
+    /// A lock name must be one key segment below the prefix.
+    fn check_name(&self, name: &str) -> Result<(), InputError> {
+        url::check_name(name)
+    }
+
+    /// Options that mean nothing here are refused: the client's lease is the lock's.
+    fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
+        if options.replica_acks.is_some() {
+            return Err(InputError::InvalidOption {
+                option: "min_replica_acks",
+                reason: "a Redis option; etcd answers a write only after a quorum of the \
+                         cluster logged it",
+            });
+        }
+        if options.lease.is_some() {
+            return Err(InputError::InvalidOption {
+                option: "lease",
+                reason: "etcd locks last as long as the client's lease; set its TTL with \
+                         ClientOptions::default_lease instead",
+            });
+        }
+        Ok(())
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        request: &'a LockRequest<'a>,
+        wait: Wait,
+    ) -> BoxFuture<'a, Result<Acquired, Error>> {
+        Box::pin(async move { self.inner().await?.acquire(ctx, request, wait).await })
+    }
+
+    fn release<'a>(
+        &'a self,
+        _ctx: &'a Ctx,
+        lease: &'a Arc<LeaseState>,
+    ) -> BoxFuture<'a, Result<Released, Error>> {
+        Box::pin(async move {
+            // A hold of an ended lease is in no later lease's holdings: `NotHeld`.
+            let hold = &lease.hold;
+            self.current
+                .now()
+                .give_back(&hold.lock.name, &hold.owner, Some(hold.id))
+                .await
+        })
+    }
+
+    fn release_owner<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+        owner: &'a Arc<str>,
+    ) -> BoxFuture<'a, Result<Released, Error>> {
+        Box::pin(async move { self.inner().await?.release_owner(&lock.name, owner).await })
+    }
+
+    fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
+        Box::pin(async move { self.inner().await?.status(&lock.name).await })
+    }
+
+    fn force_unlock<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
+        Box::pin(async move { self.inner().await?.force_unlock(&lock.name).await })
     }
 }

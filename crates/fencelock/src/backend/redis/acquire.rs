@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::engine::{AcquireReply, Attempt, Queueing};
 use super::keys::LockKeys;
-use super::server::ReplicaAcks;
+use super::terms::{AcquireReply, Attempt, Queueing, ReplicaAcks};
 use super::waiters::Ticket;
 use super::RedisFamily;
 use crate::backend::{Ctx, Held};
@@ -71,14 +70,8 @@ impl Drop for Undo<'_> {
     fn drop(&mut self) {
         if let Some(place) = self.armed {
             let ask = self.ask;
-            ask.family.give_back_later(
-                ask.ctx,
-                ask.keys,
-                ask.owner,
-                place.attempt,
-                ask.lease,
-                None,
-            );
+            ask.family
+                .give_back_later(ask.ctx, ask.keys, ask.owner, place.attempt, ask.lease);
         }
     }
 }
@@ -96,7 +89,7 @@ impl Ask<'_> {
         if reply.is_ok() {
             // The script ran to its end: the attempts given up that it carried are given
             // back. (An error may have stopped it before; they stay recorded.)
-            let abandoned = &self.ctx.abandoned;
+            let abandoned = &self.family.abandoned;
             abandoned.settle(&self.keys.name, self.owner, &attempt.abandoned);
         }
         match reply {
@@ -151,7 +144,7 @@ impl Ask<'_> {
             listener: queueing
                 .join
                 .map(|_| self.family.waiters.client_id().clone()),
-            abandoned: self.ctx.abandoned.pending(&self.keys.name, self.owner),
+            abandoned: self.family.abandoned.pending(&self.keys.name, self.owner),
         }
     }
 
@@ -162,7 +155,7 @@ impl Ask<'_> {
         let engine = &self.family.engine;
         if let Err(e) = engine.release(self.keys, self.owner, Some(id)).await {
             tracing::debug!(lock = %self.keys.name, error = %e, "undoing a failed attempt");
-            let abandoned = &self.ctx.abandoned;
+            let abandoned = &self.family.abandoned;
             abandoned.add(&self.keys.name, self.owner, id, self.lease);
         }
     }
@@ -246,14 +239,6 @@ impl Ask<'_> {
             wait.leave().await;
         }
         waited
-    }
-
-    /// Extends a handed-over hold to the whole lease.
-    async fn extend(&self, lease: &Arc<LeaseState>) -> Result<()> {
-        let sent = Instant::now();
-        let lease_ms = self.lease.as_millis() as u64;
-        let renewal = self.family.engine.extend(lease, lease_ms).await?;
-        self.ctx.watchdog.extended(lease, renewal, sent, self.lease)
     }
 
     /// Extends a handed-over hold to the whole lease and waits for `acks` (`WAIT`).
@@ -356,10 +341,10 @@ impl Waiting<'_> {
     }
 
     /// The hold, if the release script handed the lock to our place: it is named by the
-    /// place's attempt. The server gave it the whole lease, `elapsed` after it took the
-    /// place: the deadline counts the lease from the request that took the place plus
-    /// `elapsed` (with the drift margin over both). A server script of an earlier version
-    /// gave what was left of the window counted from that request.
+    /// place's attempt. The server gave it one window, `elapsed` after it took the place:
+    /// the deadline counts the window from the request that took the place plus `elapsed`
+    /// (with the drift margin over both), and the watchdog renews it to the whole lease a
+    /// third into that window (a fixed lease is its own window: the whole lease at once).
     async fn handed_over(&mut self) -> Result<Option<Held>> {
         let Some(taken) = self.place.armed else {
             return Ok(None);
@@ -368,19 +353,14 @@ impl Waiting<'_> {
             return Ok(None);
         };
         let (ask, token) = (self.ask, grant.token);
-        tracing::debug!(lock = %ask.keys.name, token, ?grant.elapsed_ms, "handed over");
+        tracing::debug!(lock = %ask.keys.name, token, grant.elapsed_ms, "handed over");
         crate::telemetry::handover();
-        let held = match grant.elapsed_ms {
-            Some(ms) => {
-                let (watchdog, elapsed) = (&ask.ctx.watchdog, Duration::from_millis(ms));
-                let times = (
-                    watchdog.deadline(taken.sent, elapsed + ask.lease),
-                    watchdog.renew_at(taken.sent + elapsed, ask.lease),
-                );
-                ask.held_until(taken.attempt, times, token, 1)
-            }
-            None => ask.held(taken.attempt, (taken.sent, self.window), token, 1),
-        };
+        let (watchdog, elapsed) = (&ask.ctx.watchdog, Duration::from_millis(grant.elapsed_ms));
+        let times = (
+            watchdog.deadline(taken.sent, elapsed + self.window),
+            watchdog.renew_at(taken.sent + elapsed, self.window),
+        );
+        let held = ask.held_until(taken.attempt, times, token, 1);
         self.place.armed = None;
         self.ticket.acquired(ask.lease);
         if let Some(acks) = ask.acks {
@@ -388,22 +368,9 @@ impl Waiting<'_> {
             // for them now, as an acquire of our own would have.
             if let Err(e) = ask.replicate(&held.lease, acks).await {
                 held.lease.finish();
-                ask.family.give_back_later(
-                    ask.ctx,
-                    ask.keys,
-                    ask.owner,
-                    taken.attempt,
-                    ask.lease,
-                    None,
-                );
+                ask.family
+                    .give_back_later(ask.ctx, ask.keys, ask.owner, taken.attempt, ask.lease);
                 return Err(e);
-            }
-        } else if !ask.renew && grant.elapsed_ms.is_none() {
-            // What is left of the window may be less than the fixed lease the caller asked
-            // for (the watchdog would renew it; here nothing will). A failure shows in the
-            // hold's deadline, which stays honest.
-            if let Err(e) = ask.extend(&held.lease).await {
-                tracing::debug!(lock = %ask.keys.name, error = %e, "extending a handover failed");
             }
         }
         Ok(Some(held))

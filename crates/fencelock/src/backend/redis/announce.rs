@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, Weak};
 use redis::aio::ConnectionManager;
 use redis::{ConnectionInfo, PushInfo, PushKind, RedisError, Value};
 
-use super::conn::{manager_config, resp3};
-use super::engine::ReleaseSink;
+use super::setup::{manager_config, resp3};
+use super::terms::ReleaseSink;
 use crate::options::ClientOptions;
 
 /// The `+switch-master` messages heard for one master name, and the last address announced.

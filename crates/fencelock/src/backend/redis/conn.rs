@@ -22,8 +22,9 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{AsyncConnectionConfig, ConnectionInfo, PushInfo, PushKind, RedisError, Value};
 
 use super::announce::Announcements;
-use super::engine::ReleaseSink;
 use super::released::ReleasedHolds;
+use super::setup::{manager_config, resp3};
+use super::terms::ReleaseSink;
 use super::url::server_name;
 use crate::options::ClientOptions;
 
@@ -175,28 +176,6 @@ fn cluster_push_handler(
         });
         Ok(())
     }
-}
-
-pub(crate) fn manager_config(options: &ClientOptions) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(options.connect_timeout))
-        .set_response_timeout(Some(options.response_timeout))
-        // Reconnection is retried on the next request (or the next close); each request is
-        // bounded in time.
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(200))
-}
-
-/// The connection as RESP3. Besides the push messages a subscriber needs, this is what makes
-/// a `ConnectionManager` replace a connection as soon as it is closed: redis-rs listens for
-/// the disconnection only on RESP3 connections (`ConnectionManager::new_lazy_with_config`
-/// sets its internal push sender only then; `check_for_disconnect_pushes` reconnects).
-pub(crate) fn resp3(info: &ConnectionInfo) -> ConnectionInfo {
-    info.clone().set_redis_settings(
-        info.redis_settings()
-            .clone()
-            .set_protocol(redis::ProtocolVersion::RESP3),
-    )
 }
 
 /// Connections lent to acquisitions that wait for replicas. `WAIT` holds up every later

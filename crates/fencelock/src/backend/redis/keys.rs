@@ -2,7 +2,19 @@
 
 use std::sync::Arc;
 
+use crate::error::InputError;
 use crate::name::LockName;
+
+/// The Redis family's rule for lock names: no `{` or `}`, which would break the keys' hash
+/// tag (other services accept them).
+pub(crate) fn check_name(name: &str) -> Result<(), InputError> {
+    if name.contains(['{', '}']) {
+        return Err(InputError::NameHasBrace {
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
+}
 
 /// A lock's name and the Redis keys and channel derived from it. Every key shares the hash
 /// tag `{name}`, so that all of a lock's keys live in one Redis Cluster slot and a script may
@@ -20,8 +32,18 @@ pub(crate) struct LockKeys {
     pub(crate) channel: String,
     /// The wait queue: owners in arrival order, handed the lock by the release script.
     pub(crate) queue: String,
-    /// Each queued owner's place: `attempt window_ms since_us lease_ms [client]`.
+    /// Each queued owner's place: `attempt window_ms since_us client`.
     pub(crate) waiting: String,
+}
+
+/// The prefix of each client's own channel, followed by its client id: a forced unlock tells
+/// the holders' clients there (`=forced <lock key> <hold id> ...`). Not on a Redis Cluster,
+/// where that channel would live in another slot than the lock.
+pub(crate) const CLIENT_CHANNELS: &str = "fencelock:client:";
+
+/// The own channel of the client `client_id`.
+pub(crate) fn client_channel(client_id: &str) -> String {
+    format!("{CLIENT_CHANNELS}{client_id}")
 }
 
 impl LockKeys {
@@ -46,6 +68,17 @@ impl LockKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_have_no_braces() {
+        for bad in ["a{b", "a}b"] {
+            assert!(matches!(
+                check_name(bad),
+                Err(InputError::NameHasBrace { .. })
+            ));
+        }
+        assert!(check_name("orders:42").is_ok());
+    }
 
     #[test]
     fn keys_share_the_hash_tag() {

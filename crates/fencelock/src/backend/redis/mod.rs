@@ -4,38 +4,45 @@
 //! - `server`: one deployment that acts as one server for a lock (the Lua scripts, how they
 //!   are sent, replies); `conn` and `url`: how it is reached.
 //! - `redlock`: a majority over several `server`s.
-//! - `engine`: the two shapes behind one enum, and the terms of an attempt.
+//! - `engine`: the two shapes behind one enum; `terms`: what they speak (an attempt, its
+//!   reply, the release sink), a leaf; `setup`: how connections are configured, a leaf.
 //! - `acquire`: the acquire algorithm (attempts named by id, waiting, handover, undo);
 //!   `waiters`: this client's local wait queues, fed by release messages.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use self::abandoned::Abandoned;
 use self::acquire::{Ask, Attempted};
-use self::engine::{Engine, ReleaseSink};
+use self::engine::Engine;
 use self::keys::LockKeys;
 use self::redlock::RedLock;
-use self::server::{RedisBackend, ReplicaAcks};
+use self::server::RedisBackend;
+use self::terms::{ReleaseSink, ReplicaAcks};
 use self::waiters::WaitRegistry;
-use super::{Acquired, Ctx, LockRequest, Released, Wait};
+use super::{Acquired, Connected, Connecting, Ctx, LockRequest, LockService, Released, Wait};
 use crate::backend::RawStatus;
 use crate::background::Background;
 use crate::error::{Error, InputError};
 use crate::lease::{LeaseState, Renewal};
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
-use crate::watchdog::Renewals;
-use crate::watchdog::Watchdog;
+use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 
+mod abandoned;
 mod acquire;
 mod announce;
 mod conn;
 mod distinct;
 mod engine;
 pub(crate) mod keys;
+mod places;
 mod redlock;
 mod released;
+mod serials;
 pub(crate) mod server;
+mod setup;
+mod terms;
 mod url;
 mod waiters;
 
@@ -43,6 +50,8 @@ mod waiters;
 pub(crate) struct RedisFamily {
     engine: Arc<Engine>,
     waiters: Arc<WaitRegistry>,
+    /// Attempts and holds given up whose give-back is not confirmed yet.
+    abandoned: Arc<Abandoned>,
 }
 
 impl RedisFamily {
@@ -65,89 +74,23 @@ impl RedisFamily {
             let (r, w) = RedLock::connect(urls, options, sink, background.clone()).await?;
             (Engine::RedLock(r), w)
         };
+        // A forced unlock tells the holders' clients on their own channels: a holder hears
+        // of it at once, not at its next renewal (a request at connect, none per acquire).
+        if let Err(e) = engine.listen_as_client(waiters.own_channel()).await {
+            tracing::debug!(error = %e, "subscribing the client's own channel failed");
+        }
         let family = Self {
             engine: Arc::new(engine),
             waiters,
+            abandoned: Arc::default(),
         };
         Ok((family, warnings))
-    }
-
-    pub(crate) fn server(&self) -> String {
-        self.engine.server()
-    }
-
-    /// Redis's own lock options: `min_replica_acks` needs a timeout shorter than the lease.
-    /// A name with a brace would break the keys' hash tag.
-    pub(crate) fn check_name(&self, name: &str) -> Result<(), InputError> {
-        crate::name::check_redis_name(name)
-    }
-
-    pub(crate) fn check(&self, options: &LockOptions, lease: Duration) -> Result<(), InputError> {
-        match options.replica_acks {
-            Some((_, timeout)) if timeout >= lease => Err(InputError::InvalidOption {
-                option: "min_replica_acks",
-                reason: "the timeout must be shorter than the lease, which could otherwise \
-                         run out while the replicas are awaited",
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    pub(crate) async fn acquire(
-        &self,
-        ctx: &Ctx,
-        request: &LockRequest<'_>,
-        wait: Wait,
-    ) -> Result<Acquired, Error> {
-        let keys = LockKeys::of(request.lock);
-        let ask = Ask {
-            family: self,
-            ctx,
-            lock: request.lock,
-            keys: &keys,
-            owner: request.owner,
-            lease: request.lease,
-            renew: request.renew,
-            acks: request
-                .options
-                .replica_acks
-                .map(|(replicas, timeout)| ReplicaAcks { replicas, timeout }),
-        };
-        match wait {
-            Wait::No => Ok(match ask.once(rand::random(), Default::default()).await? {
-                Attempted::Acquired(held) => Acquired::Held(held),
-                Attempted::Held { remaining, .. } => Acquired::Busy { remaining },
-            }),
-            Wait::Until(deadline) => Ok(Acquired::Held(ask.until(deadline).await?)),
-        }
-    }
-
-    /// Gives back a guard's hold, named by its id. It waits for a RedLock heal of the hold
-    /// under way (`LeaseState::serial`), so that the heal never lands after it.
-    pub(crate) async fn release(
-        &self,
-        _ctx: &Ctx,
-        lease: &Arc<LeaseState>,
-    ) -> Result<Released, Error> {
-        let hold = &lease.hold;
-        let _serial = lease.serial.lock().await;
-        let keys = LockKeys::of(&hold.lock);
-        self.engine.release(&keys, &hold.owner, Some(hold.id)).await
-    }
-
-    /// [`RedisFamily::release`] in the background.
-    pub(crate) fn release_later(&self, ctx: &Ctx, lease: &Arc<LeaseState>) {
-        let hold = &lease.hold;
-        let keys = LockKeys::of(&hold.lock);
-        let owner = &hold.owner;
-        self.give_back_later(ctx, &keys, owner, hold.id, hold.lease, Some(lease.clone()));
     }
 
     /// Gives back the hold (or queue place) taken by attempt `id`, in the background: for code
     /// that cannot await. Until it is confirmed, the owner's next attempt on the lock carries
     /// the id and gives it back first, so a retry never re-enters what the caller let go of.
-    /// `term`: the lease it was taken with (after it, the server has let it go anyway);
-    /// `lease`: the guard's lease state, whose heals the release must follow.
+    /// `term`: the lease it was taken with (after it, the server has let it go anyway).
     pub(crate) fn give_back_later(
         &self,
         ctx: &Ctx,
@@ -155,20 +98,12 @@ impl RedisFamily {
         owner: &Arc<str>,
         id: u64,
         term: Duration,
-        lease: Option<Arc<LeaseState>>,
     ) {
-        ctx.abandoned.add(&keys.name, owner, id, term);
-        let (engine, abandoned) = (self.engine.clone(), ctx.abandoned.clone());
+        self.abandoned.add(&keys.name, owner, id, term);
+        let (engine, abandoned) = (self.engine.clone(), self.abandoned.clone());
         let (keys, owner) = (keys.clone(), owner.clone());
         ctx.background.finish(async move {
-            let outcome = {
-                let _serial = match &lease {
-                    Some(lease) => Some(lease.serial.lock().await),
-                    None => None,
-                };
-                engine.release(&keys, &owner, Some(id)).await
-            };
-            match outcome {
+            match engine.release(&keys, &owner, Some(id)).await {
                 Ok(released) => {
                     abandoned.settle(&keys.name, &owner, &[id]);
                     tracing::debug!(lock = %keys.name, ?released, id, "background release");
@@ -179,35 +114,136 @@ impl RedisFamily {
             }
         });
     }
+}
 
-    pub(crate) async fn release_owner(
-        &self,
-        lock: &Arc<LockName>,
-        owner: &Arc<str>,
-    ) -> Result<Released, Error> {
-        self.engine.release(&LockKeys::of(lock), owner, None).await
+/// Connects the Redis family (its registry line): one URL, or RedLock's odd number of them.
+pub(crate) fn connect(c: Connecting<'_>) -> BoxFuture<'_, Result<Connected, Error>> {
+    Box::pin(async move {
+        if c.urls.is_empty() || c.urls.len().is_multiple_of(2) {
+            return Err(InputError::InvalidOption {
+                option: "urls",
+                reason: "RedLock needs an odd number of servers (1, 3, 5, ...)",
+            }
+            .into());
+        }
+        let (urls, options, background) = (c.urls, c.options, c.background);
+        let (family, warnings) =
+            RedisFamily::connect(urls, options, background, c.watchdog, c.client_id).await?;
+        Ok((Arc::new(family) as Arc<dyn LockService>, warnings))
+    })
+}
+
+impl LockService for RedisFamily {
+    fn name(&self) -> &'static str {
+        "Redis"
     }
 
-    pub(crate) async fn extend(
-        &self,
-        hold: &Arc<LeaseState>,
+    fn server(&self) -> String {
+        self.engine.server()
+    }
+
+    /// A name with a brace would break the keys' hash tag.
+    fn check_name(&self, name: &str) -> Result<(), InputError> {
+        keys::check_name(name)
+    }
+
+    /// Redis's own lock options: `min_replica_acks` needs a timeout shorter than the lease.
+    fn check(&self, options: &LockOptions, lease: Duration) -> Result<(), InputError> {
+        match options.replica_acks {
+            Some((_, timeout)) if timeout >= lease => Err(InputError::InvalidOption {
+                option: "min_replica_acks",
+                reason: "the timeout must be shorter than the lease, which could otherwise \
+                         run out while the replicas are awaited",
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        request: &'a LockRequest<'a>,
+        wait: Wait,
+    ) -> BoxFuture<'a, Result<Acquired, Error>> {
+        let keys = LockKeys::of(request.lock);
+        Box::pin(async move {
+            let ask = Ask {
+                family: self,
+                ctx,
+                lock: request.lock,
+                keys: &keys,
+                owner: request.owner,
+                lease: request.lease,
+                renew: request.renew,
+                acks: request
+                    .options
+                    .replica_acks
+                    .map(|(replicas, timeout)| ReplicaAcks { replicas, timeout }),
+            };
+            match wait {
+                Wait::No => Ok(match ask.once(rand::random(), Default::default()).await? {
+                    Attempted::Acquired(held) => Acquired::Held(held),
+                    Attempted::Held { remaining, .. } => Acquired::Busy { remaining },
+                }),
+                Wait::Until(deadline) => Ok(Acquired::Held(ask.until(deadline).await?)),
+            }
+        })
+    }
+
+    /// Gives back a guard's hold, named by its id. On RedLock it waits for a heal of the hold
+    /// under way (`Serials`), so that the heal never lands after it.
+    fn release<'a>(
+        &'a self,
+        _ctx: &'a Ctx,
+        lease: &'a Arc<LeaseState>,
+    ) -> BoxFuture<'a, Result<Released, Error>> {
+        Box::pin(async move {
+            let hold = &lease.hold;
+            let keys = LockKeys::of(&hold.lock);
+            self.engine.release(&keys, &hold.owner, Some(hold.id)).await
+        })
+    }
+
+    /// The release in the background, carried by the owner's next attempt until confirmed.
+    fn release_later(self: Arc<Self>, ctx: &Arc<Ctx>, lease: &Arc<LeaseState>) {
+        let hold = &lease.hold;
+        let keys = LockKeys::of(&hold.lock);
+        let owner = &hold.owner;
+        self.give_back_later(ctx, &keys, owner, hold.id, hold.lease);
+    }
+
+    fn release_owner<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+        owner: &'a Arc<str>,
+    ) -> BoxFuture<'a, Result<Released, Error>> {
+        Box::pin(async move { self.engine.release(&LockKeys::of(lock), owner, None).await })
+    }
+
+    fn extend<'a>(
+        &'a self,
+        hold: &'a Arc<LeaseState>,
         lease: Duration,
-    ) -> Result<Renewal, Error> {
-        self.engine.extend(hold, lease.as_millis() as u64).await
+    ) -> BoxFuture<'a, Result<Renewal, Error>> {
+        Box::pin(self.engine.extend(hold, lease.as_millis() as u64))
     }
 
-    pub(crate) async fn renew(&self, holds: Vec<Arc<LeaseState>>) -> Renewals {
-        self.engine.renew_batch(holds).await
+    fn renew(&self, holds: Vec<Arc<LeaseState>>) -> BoxFuture<'_, Renewals> {
+        Box::pin(self.engine.renew_batch(holds))
     }
 
-    pub(crate) async fn status(&self, lock: &Arc<LockName>) -> Result<RawStatus, Error> {
-        self.engine.status(&LockKeys::of(lock)).await
+    fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
+        Box::pin(async move { self.engine.status(&LockKeys::of(lock)).await })
     }
 
-    pub(crate) async fn force_unlock(
-        &self,
-        lock: &Arc<LockName>,
-    ) -> Result<Vec<(String, u64)>, Error> {
-        self.engine.force_unlock(&LockKeys::of(lock)).await
+    fn unconfirmed(&self) -> usize {
+        self.abandoned.len()
+    }
+
+    fn force_unlock<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
+        Box::pin(async move { self.engine.force_unlock(&LockKeys::of(lock)).await })
     }
 }

@@ -8,15 +8,18 @@
 //! majority before the acquisition counts. Any later majority shares a server with that one,
 //! whose counter forces a higher token (docs/SAFETY.md has the argument and its assumptions).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::engine::{AcquireReply, Attempt, Queueing, ReleaseSink, RenewItem};
+use super::serials::Serials;
 use super::server::RedisBackend;
+use super::terms::{AcquireReply, Attempt, Queueing, ReleaseSink, RenewItem};
 use crate::backend::redis::keys::LockKeys;
 use crate::backend::RawStatus;
 use crate::backend::Released;
@@ -33,6 +36,10 @@ pub(crate) struct RedLock {
     quorum: usize,
     /// The highest fencing token this client has seen, so that its next proposal is higher.
     highest: AtomicU64,
+    /// Acquire requests still under way on a server after their attempt was decided.
+    late: Arc<LateGrants>,
+    /// Orders a heal of a hold before its release.
+    serials: Arc<Serials>,
     /// Keeps the de-duplicating sink alive (the servers hold it weakly).
     _sink: Arc<DedupSink>,
 }
@@ -74,6 +81,57 @@ impl ReleaseSink for DedupSink {
 }
 
 type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// One acquire request under way in [`LateGrants`]; dropped when it has ended, which ends
+/// the waits of the releases behind it.
+struct UnderWay {
+    late: Arc<LateGrants>,
+    key: (u64, usize),
+    _ended: watch::Sender<()>,
+}
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.late.map().remove(&self.key);
+    }
+}
+
+/// Acquire requests still under way on a server when their attempt was decided, by attempt
+/// id and server. Such a request may take more steps there (NOSCRIPT, the script loaded and
+/// sent again; a request sent once more on a fresh connection), so a release of the attempt's
+/// hold, sent later, could overtake it on that server and leave a grant behind that nobody
+/// keeps, for a whole lease (after a server restarted empty: issue 22). A release of the
+/// hold on that server waits for the request to end first.
+#[derive(Default)]
+struct LateGrants {
+    under_way: Mutex<HashMap<(u64, usize), watch::Receiver<()>>>,
+}
+
+impl LateGrants {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, usize), watch::Receiver<()>>> {
+        self.under_way.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes that attempt `id`'s request to `server` is still under way, until the returned
+    /// note is dropped (when the request has ended).
+    fn note(self: &Arc<Self>, id: u64, server: usize) -> UnderWay {
+        let (ended, wait) = watch::channel(());
+        self.map().insert((id, server), wait);
+        UnderWay {
+            late: self.clone(),
+            key: (id, server),
+            _ended: ended,
+        }
+    }
+
+    /// Waits until no request of attempt `id` is under way on `server`. Each request is
+    /// bounded in time, so this is too.
+    fn wait(&self, id: u64, server: usize) -> Option<impl std::future::Future<Output = ()>> {
+        let mut wait = self.map().get(&(id, server))?.clone();
+        // Nothing is ever sent: `changed` returns when the sender is dropped.
+        Some(async move { while wait.changed().await.is_ok() {} })
+    }
+}
 
 /// A short random back-off after competing attempts split the servers (5-50 ms).
 fn backoff() -> Duration {
@@ -195,6 +253,8 @@ impl RedLock {
                 background,
                 quorum,
                 highest: AtomicU64::new(0),
+                late: Arc::default(),
+                serials: Arc::default(),
                 _sink: dedup,
             },
             warnings,
@@ -224,14 +284,14 @@ impl RedLock {
     /// ones still in flight when the caller has decided can be finished in the background.
     fn fan_out<T, F, Fut>(&self, request: F) -> FuturesUnordered<BoxFuture<(usize, T)>>
     where
-        F: Fn(Arc<RedisBackend>) -> Fut,
+        F: Fn(usize, Arc<RedisBackend>) -> Fut,
         Fut: std::future::Future<Output = T> + Send + 'static,
     {
         self.servers
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let fut = request(s.clone());
+                let fut = request(i, s.clone());
                 Box::pin(async move { (i, fut.await) }) as BoxFuture<(usize, T)>
             })
             .collect()
@@ -299,7 +359,7 @@ impl RedLock {
     /// them on the same connection, so a late grant is removed too.
     async fn collect(&self, attempt: &Attempt, proposal: u64) -> Tally {
         let n = self.servers.len();
-        let mut pending = self.fan_out(|s| {
+        let mut pending = self.fan_out(|_, s| {
             let attempt = Attempt {
                 queueing: Queueing::default(),
                 ..attempt.clone()
@@ -318,8 +378,30 @@ impl RedLock {
                 break;
             }
         }
-        self.finish(pending);
+        self.finish_late(attempt.id, &tally, pending);
         tally
+    }
+
+    /// Lets the acquire requests of attempt `id` not yet answered run to their end in the
+    /// background, noted in `late` until they end (see [`LateGrants`]).
+    fn finish_late(
+        &self,
+        id: u64,
+        tally: &Tally,
+        mut pending: FuturesUnordered<BoxFuture<(usize, Result<AcquireReply, Error>)>>,
+    ) {
+        if pending.is_empty() {
+            return;
+        }
+        let mut under_way: Vec<UnderWay> = (tally.replies.iter().enumerate())
+            .filter(|(_, reply)| reply.is_none())
+            .map(|(i, _)| self.late.note(id, i))
+            .collect();
+        self.background.finish(async move {
+            while let Some((i, _)) = pending.next().await {
+                under_way.retain(|u| u.key.1 != i);
+            }
+        });
     }
 
     /// No majority granted: held elsewhere (wait for a release), too many failures (an error
@@ -407,11 +489,23 @@ impl RedLock {
         owner: &Arc<str>,
         hold: Option<u64>,
     ) -> Result<Released, Error> {
+        // After a heal of the hold under way, never before it (see `Serials`).
+        let _serial = match hold {
+            Some(id) => Some(self.serials.lock(id).await),
+            None => None,
+        };
         // One message for all servers, so that waiters can drop the copies.
         let message: Arc<str> = format!("{owner}#{:x}", rand::random::<u64>()).into();
-        let mut pending = self.fan_out(|s| {
+        let mut pending = self.fan_out(|i, s| {
             let (keys, owner, message) = (keys.clone(), owner.clone(), message.clone());
-            async move { s.release(&keys, &owner, hold, Some(&message)).await }
+            // After the hold's own acquire request, if it is still under way there.
+            let late = hold.and_then(|id| self.late.wait(id, i));
+            async move {
+                if let Some(late) = late {
+                    late.await;
+                }
+                s.release(&keys, &owner, hold, Some(&message)).await
+            }
         });
         let mut outcomes = Vec::new();
         let mut answered = 0;
@@ -472,7 +566,7 @@ impl RedLock {
     ) -> Result<Vec<Result<Renewal, Error>>, Error> {
         let n = self.servers.len();
         let items = Arc::new(items);
-        let mut pending = self.fan_out(|s| {
+        let mut pending = self.fan_out(|_, s| {
             let items = items.clone();
             async move { s.renew_batch(&items, lease_ms).await }
         });
@@ -543,7 +637,7 @@ impl RedLock {
     /// Otherwise servers restarting one after another would wear a long-held lock down below
     /// a majority. Safe: no one else can hold a majority meanwhile, and where the key is held
     /// by another owner the acquire just reports it held. The heal runs under the hold's
-    /// serial lock and only while the hold is live; its release takes that lock too, so a
+    /// serial lock (`Serials`) and only while the hold is live; its release takes that lock too, so a
     /// heal never lands on a server after the release (and leaves a grant nobody keeps).
     fn heal(&self, items: &Arc<Vec<RenewItem>>, renewed: &[usize], missing: Vec<(usize, usize)>) {
         for (i, j) in missing {
@@ -553,8 +647,9 @@ impl RedLock {
             let lease = items[j].clone();
             let server = self.servers[i].clone();
             tracing::debug!(lock = %lease.hold.lock.name, server = %server.server(), "re-taking a lock a server lost");
+            let serials = self.serials.clone();
             self.background.finish(async move {
-                let _serial = lease.serial.lock().await;
+                let _serial = serials.lock(lease.hold.id).await;
                 if lease.is_finished() {
                     return;
                 }

@@ -20,9 +20,12 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::engine::{Engine, ReleaseSink};
+use super::engine::Engine;
+use super::keys::{client_channel, LockKeys};
+use super::terms::ReleaseSink;
 use crate::background::Background;
 use crate::error::Error;
+use crate::lease::Lost;
 use crate::watchdog::Watchdog;
 
 /// How long a release channel stays subscribed after its last local waiter left: a lock that
@@ -62,8 +65,11 @@ pub(crate) struct WaitRegistry {
     /// The prefix of this client's owner ids: a lock's channel followed by `:<client id>` is
     /// this client's channel for the handovers to its places (which name the client id).
     client_id: Arc<str>,
+    /// This client's own channel, where a forced unlock names the holds it deleted.
+    own_channel: String,
     /// The client's watchdog, asked to renew every lease at once when a connection came back
-    /// or the master changed (see `ReleaseSink::server_changed`).
+    /// or the master changed (see `ReleaseSink::server_changed`), and whose leases a forced
+    /// unlock ends.
     watchdog: Weak<Watchdog>,
 }
 
@@ -73,7 +79,27 @@ impl WaitRegistry {
             channels: Mutex::default(),
             subscription: tokio::sync::Mutex::default(),
             client_id: client_id.into(),
+            own_channel: client_channel(client_id),
             watchdog,
+        }
+    }
+
+    /// This client's own channel (see `keys::CLIENT_CHANNELS`).
+    pub(crate) fn own_channel(&self) -> &str {
+        &self.own_channel
+    }
+
+    /// A forced unlock deleted these holds of the lock whose key is `key`: the leases of
+    /// this client among them are lost.
+    fn forced(&self, key: &str, holds: &[u64]) {
+        let Some(watchdog) = self.watchdog.upgrade() else {
+            return;
+        };
+        for lease in watchdog.leases() {
+            let hold = &lease.hold;
+            if holds.contains(&hold.id) && LockKeys::of(&hold.lock).lock == key {
+                lease.fire_lost(Lost::Deleted);
+            }
         }
     }
 
@@ -204,12 +230,11 @@ pub(crate) struct Grant {
     /// The holding's fencing token.
     pub(crate) token: u64,
     /// How long after the place was taken the server handed it over, in whole ms (rounded
-    /// down), when it gave the whole lease; `None`: it gave what was left of the place's
-    /// window (a place taken by an earlier version).
-    pub(crate) elapsed_ms: Option<u64>,
+    /// down); it gave one window from then.
+    pub(crate) elapsed_ms: u64,
 }
 
-/// `=grant <attempt> <token> [<elapsed_ms>]`: the release script handed the lock to the queue
+/// `=grant <attempt> <token> <elapsed_ms>`: the release script handed the lock to the queue
 /// place that `attempt` took.
 fn parse_grant(message: &[u8]) -> Option<Grant> {
     // Decimal as the scripts write it: digits only, no leading zero.
@@ -222,10 +247,7 @@ fn parse_grant(message: &[u8]) -> Option<Grant> {
     let mut parts = text.split(' ');
     let attempt = number(parts.next()?)?;
     let token = number(parts.next()?)?;
-    let elapsed_ms = match parts.next() {
-        Some(ms) => Some(number(ms)?),
-        None => None,
-    };
+    let elapsed_ms = number(parts.next()?)?;
     if parts.next().is_some() {
         return None;
     }
@@ -236,8 +258,25 @@ fn parse_grant(message: &[u8]) -> Option<Grant> {
     })
 }
 
+/// `=forced <lock key> <hold id> ...`, as force_unlock.lua tells a holder's client: the key
+/// (`fencelock:{name}`, whose name has no brace) and the holds it deleted.
+fn parse_forced(message: &[u8]) -> Option<(&str, Vec<u64>)> {
+    let text = std::str::from_utf8(message.strip_prefix(b"=forced ")?).ok()?;
+    let end = text.find('}')? + 1;
+    let (key, holds) = text.split_at(end);
+    let holds = holds.strip_prefix(' ')?;
+    let holds: Option<Vec<u64>> = holds.split(' ').map(|id| id.parse().ok()).collect();
+    Some((key, holds?))
+}
+
 impl ReleaseSink for WaitRegistry {
     fn released(&self, channel: &str, message: &[u8]) {
+        if channel == self.own_channel {
+            if let Some((key, holds)) = parse_forced(message) {
+                self.forced(key, &holds);
+            }
+            return;
+        }
         // A handover on this client's channel for the lock: the lock's channel is its prefix.
         let channel = channel
             .strip_suffix(&*self.client_id)
@@ -356,17 +395,14 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod fuzz {
     //! Release messages come from the server: any bytes parse without a panic, and only
-    //! `=grant <attempt> <token> [<elapsed_ms>]` with decimal `u64`s is a handover.
+    //! `=grant <attempt> <token> <elapsed_ms>` with decimal `u64`s is a handover.
 
     use proptest::prelude::*;
 
-    use super::{parse_grant, Grant};
+    use super::{parse_forced, parse_grant, Grant};
 
     fn text(g: Grant) -> String {
-        match g.elapsed_ms {
-            Some(ms) => format!("=grant {} {} {ms}", g.attempt, g.token),
-            None => format!("=grant {} {}", g.attempt, g.token),
-        }
+        format!("=grant {} {} {}", g.attempt, g.token, g.elapsed_ms)
     }
 
     proptest! {
@@ -375,10 +411,19 @@ mod fuzz {
         #[test]
         fn any_message(message in prop::collection::vec(any::<u8>(), 0..64)) {
             let _ = parse_grant(&message);
+            let _ = parse_forced(&message);
         }
 
         #[test]
-        fn grants(attempt: u64, token: u64, elapsed_ms: Option<u64>, noise in "[ 0-9a-z=]{0,12}") {
+        fn forced(name in "[^{}]{1,20}", holds in prop::collection::vec(any::<u64>(), 1..4)) {
+            let ids: Vec<String> = holds.iter().map(u64::to_string).collect();
+            let key = format!("fencelock:{{{name}}}");
+            let message = format!("=forced {key} {}", ids.join(" "));
+            prop_assert_eq!(parse_forced(message.as_bytes()), Some((key.as_str(), holds)));
+        }
+
+        #[test]
+        fn grants(attempt: u64, token: u64, elapsed_ms: u64, noise in "[ 0-9a-z=]{0,12}") {
             let grant = Grant { attempt, token, elapsed_ms };
             let message = text(grant);
             prop_assert_eq!(parse_grant(message.as_bytes()), Some(grant));

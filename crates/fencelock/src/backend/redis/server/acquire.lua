@@ -2,20 +2,21 @@
 -- which read `pttl` and took a free lock in the common case, holds.lua and queue.lua).
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter (no TTL, outlives the lock),
 -- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners
---          (owner -> 'attempt window_ms since_us lease_ms [client]'); both given only when
---          queueing or when giving attempts back
+--          (owner -> 'attempt window_ms since_us client'); both given only when queueing or
+--          when giving attempts back
 -- ARGV[1]: owner id, ARGV[2]: lease in ms, ARGV[3]: attempt id (this hold's id),
 -- ARGV[4]: '' to base a new token on this server's clock, or a token proposed by the client
 --          (RedLock: every server of a majority should issue the same token)
 -- ARGV[5]: '' not to queue, or a place window in ms: when the lock is held, take (or renew)
 --          a place in the wait queue, valid for that long from now (the caller is subscribed
---          to the release channel and will be handed the lock, with its whole lease)
+--          to the release channel and will be handed the lock, for one window from then,
+--          which its watchdog renews)
 -- ARGV[6]: the attempt id of the caller's place in the queue, or '': a handover to it that the
 --          caller did not hear of (lost message) becomes this attempt's hold
 -- ARGV[7]: the release channel, ARGV[8]: 'S' to publish with SPUBLISH
--- ARGV[9]: the caller's client id, or '': a handover to the place it takes is published on
---          the release channel followed by ':<client id>', which only that client hears
---          (without one, on the release channel)
+-- ARGV[9]: the caller's client id (given when queueing): a handover to the place it takes is
+--          published on the release channel followed by ':<client id>', which only that
+--          client hears
 -- ARGV[10...]: attempts of this owner that were given up (a lost reply, a dropped future): their
 --          holds and places are given back first, so that none counts as a re-entry of this one
 -- Returns {1, hold count, token} when acquired, {0, remaining lease in ms} when held by another.
@@ -76,10 +77,7 @@ if pttl ~= -2 then
     -- The place counts from now: it is handed the lock only within its window, and the
     -- handover says how long after now it came, which the caller adds to when it sent this
     -- request.
-    local place = attempt .. ' ' .. ARGV[5] .. ' ' .. now_us() .. ' ' .. ARGV[2]
-    if (ARGV[9] or '') ~= '' then
-      place = place .. ' ' .. ARGV[9]
-    end
+    local place = attempt .. ' ' .. ARGV[5] .. ' ' .. now_us() .. ' ' .. ARGV[9]
     redis.call('HSET', k.waiting, owner, place)
     for _, key in ipairs({k.queue, k.waiting}) do
       if redis.call('PTTL', key) < window then

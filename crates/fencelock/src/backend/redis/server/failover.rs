@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::exec::{Conn, Master};
 use super::RedisBackend;
 use crate::backend::redis::conn::SentinelConn;
-use crate::backend::redis::engine::Attempt;
 use crate::backend::redis::keys::LockKeys;
+use crate::backend::redis::terms::Attempt;
 use crate::error::Error;
 
 /// What an acquire attempt starts from: the stale holds it gives back first, and how many

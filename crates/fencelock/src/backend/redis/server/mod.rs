@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use redis::{RedisError, Value};
 
-use super::engine::{AcquireReply, Attempt, ReleaseSink};
-use crate::backend::redis::keys::LockKeys;
+use super::terms::{AcquireReply, Attempt, ReleaseSink, ReplicaAcks};
+use crate::backend::redis::keys::{LockKeys, CLIENT_CHANNELS};
 use crate::backend::{RawStatus, Released};
 use crate::error::Error;
 use crate::lease::{LeaseState, Renewal};
@@ -32,13 +32,6 @@ pub(crate) struct RedisBackend {
     conn: Conn,
     server: String,
     request_bound: Duration,
-}
-
-/// Replication acknowledgement wanted after an acquire (`WAIT numreplicas timeout`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReplicaAcks {
-    pub(crate) replicas: u32,
-    pub(crate) timeout: Duration,
 }
 
 impl RedisBackend {
@@ -387,6 +380,12 @@ impl RedisBackend {
     }
 
     /// `'S'` when release messages go through sharded pub/sub.
+    /// Whether a script can publish on the clients' own channels (not on a Redis Cluster,
+    /// where such a channel lives in another slot than the lock).
+    pub(crate) fn hears_clients(&self) -> bool {
+        !matches!(self.conn, Conn::Cluster(_))
+    }
+
     fn publish_mode(&self) -> &'static str {
         match self.conn {
             Conn::Cluster(_) => "S",
@@ -442,7 +441,7 @@ impl RedisBackend {
     /// ask for, else each hold's own.
     pub(crate) async fn renew_batch(
         &self,
-        items: &[super::engine::RenewItem],
+        items: &[super::terms::RenewItem],
         lease_ms: Option<u64>,
     ) -> Result<Vec<Result<Renewal, Error>>, Error> {
         let lease_of = |h: &LeaseState| lease_ms.unwrap_or(h.hold.lease.as_millis() as u64);
@@ -530,7 +529,12 @@ impl RedisBackend {
             .arg(&keys.queue)
             .arg(&keys.waiting)
             .arg(&keys.channel)
-            .arg(self.publish_mode());
+            .arg(self.publish_mode())
+            .arg(if self.hears_clients() {
+                CLIENT_CHANNELS
+            } else {
+                ""
+            });
         // A second run would find no owners to report.
         let fields: Vec<(String, Value)> = self.run_as(Resend::Never, keys, script, &call).await?;
         Ok(fields

@@ -20,16 +20,10 @@ local function marked_length(k, marked)
   return 0
 end
 
--- Parses a place ('attempt window_ms since_us lease_ms [client]'; places of earlier versions
--- have no lease, or no client): the attempt, the window, when it was taken, the lease to hand
--- over and the client id whose channel hears the handover, if any.
+-- Parses a place ('attempt window_ms since_us client'): the attempt, the window, when it was
+-- taken, and the id of the client whose channel hears the handover.
 local function parse_place(place)
-  local attempt, window, since, lease, client =
-    string.match(place or '', '^(%d+) (%d+) (%d+) (%d+) (%x+)$')
-  if not attempt then
-    attempt, window, since, lease = string.match(place or '', '^(%d+) (%d+) (%d+) ?(%d*)$')
-  end
-  return attempt, window, since, tonumber(lease), client
+  return string.match(place or '', '^(%d+) (%d+) (%d+) (%x+)$')
 end
 
 -- Removes `owner`'s place in the wait queue (only the place taken by attempt `id`, if given).
@@ -48,14 +42,16 @@ local function leave_queue(k, owner, id)
 end
 
 -- Ends a holding: hands the lock to the first place in the queue whose window has time left
--- (publishing '=grant <attempt> <token> <elapsed_ms>' to its client), or deletes it. The new holder gets its
--- whole lease from now, and `elapsed_ms` (the time since its place was taken, rounded down)
--- tells it how far its request lies behind the handover, so that its own deadline (measured
--- from sending that request, plus elapsed_ms, plus the lease) comes first. A place of an
--- earlier version (no lease) gets what is left of its window, and the message has no
--- elapsed_ms. A release message (`message`) is published only when someone may be waiting
--- for it: a waiter of this server's queue (`queued` > 0, all places past their windows), or
--- any subscriber when the server keeps no queue for the lock (`k.always`: RedLock).
+-- (publishing '=grant <attempt> <token> <elapsed_ms>' to its client), or deletes it. The new
+-- holder gets one window from now (never more than its lease: a fixed lease is its own
+-- window): a waiter that died while queued costs the others at most that, while a live one
+-- renews to its whole lease (its watchdog, a third into the window). `elapsed_ms` (the time
+-- since its place was taken, rounded down) tells it how far its request lies behind the
+-- handover, so that its own deadline (measured from sending that request, plus elapsed_ms,
+-- plus the window) comes first. A release message (`message`) is published only when someone
+-- may be waiting for it: a waiter of this server's queue (`queued` > 0, all places past their
+-- windows), or any subscriber when the server keeps no queue for the lock (`k.always`:
+-- RedLock).
 -- `queued`: the queue's length; when it is not 0, `now` (the server's clock) and `token` (the
 -- next fencing token, planned from `now`): all read, and the counter checked, before any change.
 local function end_holding(k, queued, message, now, token)
@@ -69,25 +65,22 @@ local function end_holding(k, queued, message, now, token)
     left_in_queue = left_in_queue - 1
     local place = redis.call('HGET', k.waiting, next)
     redis.call('HDEL', k.waiting, next)
-    local attempt, window, since, lease, client = parse_place(place)
+    local attempt, window, since, client = parse_place(place)
     if attempt then
       local left = math.floor((tonumber(since) + tonumber(window) * 1000 - tonumber(now)) / 1000)
       if left >= 2 then
         redis.call('SET', k.fence, token)
-        local grant = '=grant ' .. attempt .. ' ' .. token
-        if lease then
-          left = lease
-          grant = grant .. ' ' .. math.max(math.floor((tonumber(now) - tonumber(since)) / 1000), 0)
-        end
+        local elapsed = math.max(math.floor((tonumber(now) - tonumber(since)) / 1000), 0)
         if left_in_queue > 0 then
           redis.call('HSET', k.lock, next, attempt, '=token', token, QUEUED, '1')
         else
           redis.call('HSET', k.lock, next, attempt, '=token', token)
         end
-        redis.call('PEXPIRE', k.lock, left)
-        -- To the new holder's client alone, when its place names it (it listens on the lock's
-        -- channel followed by ':<client id>').
-        publish((client and (k.channel .. ':' .. client)) or k.channel, k.sharded, grant)
+        redis.call('PEXPIRE', k.lock, window)
+        -- To the new holder's client alone (it listens on the lock's channel followed by
+        -- ':<client id>').
+        local grant = '=grant ' .. attempt .. ' ' .. token .. ' ' .. elapsed
+        publish(k.channel .. ':' .. client, k.sharded, grant)
         return
       end
     end

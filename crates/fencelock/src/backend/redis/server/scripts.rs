@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
-use crate::backend::redis::engine::AcquireReply;
+use crate::backend::redis::terms::AcquireReply;
 use crate::backend::RawStatus;
 use crate::lease::Renewal;
 
@@ -164,7 +164,7 @@ pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
             _ => return Err(format!("status: queue entry {}", brief(pair))),
         };
         let place = place.map(|p| String::from_utf8_lossy(p));
-        status.waiters.push(crate::status::Waiter::from_place(
+        status.waiters.push(crate::backend::redis::places::waiter(
             String::from_utf8_lossy(owner).into_owned(),
             place.as_deref(),
             now_us,

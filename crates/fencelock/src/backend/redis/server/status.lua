@@ -2,7 +2,7 @@
 -- type fails the script with an error that names it).
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter,
 -- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners
---          (owner -> 'attempt window_ms since_us lease_ms'; see acquire.lua)
+--          (owner -> 'attempt window_ms since_us client'; see acquire.lua)
 -- Returns {remaining lease in ms (-2: not held), last token issued or false,
 --          {field, value, ...} of the lock hash,
 --          the server's clock {seconds, microseconds} (TIME, which the places count from),

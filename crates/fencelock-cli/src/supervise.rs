@@ -1,0 +1,214 @@
+//! The supervisor between `fencelock run` and PROGRAM: PROGRAM (its whole process group)
+//! never outlives the runner, whatever ends the runner (`kill -9`, the OOM killer, a crash).
+//!
+//! The workspace forbids `unsafe`, so the runner cannot set a parent-death signal in PROGRAM
+//! between fork and exec. Instead the runner starts this program (`fencelock` itself,
+//! re-executed from `/proc/self/exe`, as the hidden `supervise` subcommand) as the leader of
+//! a new process group, and the supervisor starts PROGRAM as its child, in that group:
+//!
+//! ```text
+//! fencelock run (runner) ──> fencelock supervise (group leader) ──> PROGRAM (same group)
+//!        holds the pipe's write end      reads the pipe; EOF: SIGKILL to its own group
+//! ```
+//!
+//! - **The runner dies**: the runner made a pipe whose write end only it holds (close-on-exec,
+//!   so neither the supervisor nor PROGRAM inherits it), and passed the read end. The kernel
+//!   closes the write end when the runner dies, by any cause; the supervisor's blocking read
+//!   then returns end-of-file and the supervisor sends SIGKILL to its own process group,
+//!   PROGRAM and everything PROGRAM started in it, then itself. There is no race with a runner
+//!   that died before the supervisor was set up: the read returns end-of-file at once. A
+//!   parent-death signal was not chosen: it fires when the *thread* that forked exits, not
+//!   the process, and the runner is multi-threaded.
+//! - **The supervisor dies** (SIGKILL to it alone, the OOM killer): the runner is alive, sees
+//!   its child ended by a signal, and sends SIGKILL to the group (its id is the supervisor's
+//!   id, which the kernel does not hand out again while PROGRAM is left in the group).
+//! - **Signals to the group** (the runner's forwarding of SIGINT/SIGTERM/SIGHUP, the terminal's
+//!   Ctrl-C): the supervisor catches them and does nothing, so that it lives to report
+//!   PROGRAM's status; PROGRAM starts with their default actions (an exec resets a caught
+//!   signal; a blocked or ignored one would be inherited) and acts on them. SIGKILL (the
+//!   runner's last resort) ends both. One signal that arrives before the supervisor catches
+//!   them ends it before PROGRAM starts; the runner then sees it killed, as below.
+//! - **A terminal**: when the runner is in the terminal's foreground group, the supervisor
+//!   makes its own group the foreground group before it starts PROGRAM (SIGTTOU is blocked,
+//!   so the kernel allows it), so that an interactive PROGRAM can read the terminal and
+//!   Ctrl-C reaches it; the runner takes the terminal back when the supervisor has ended.
+//!
+//! - **Ctrl-Z** stops PROGRAM (the supervisor catches SIGTSTP); the supervisor then gives the
+//!   terminal back to the runner's group and stops it (SIGSTOP), so that the shell sees its
+//!   job stopped; `fg` continues the runner, which hands the terminal to PROGRAM's group again
+//!   and continues it. The lease is not renewed while the runner is stopped: a job stopped
+//!   past its lease loses the lock, and PROGRAM is stopped (79) when it is continued.
+//!
+//! The supervisor exits with PROGRAM's status, or 128+N when PROGRAM was killed by signal N,
+//! and 126/127 when PROGRAM could not be executed / was not found.
+//!
+//! Not covered: processes PROGRAM moves out of its group (`setsid`, daemons), as with
+//! `flock(1)`.
+
+use std::io::{IsTerminal, Read};
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::process::Command;
+
+use clap::Args;
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::sys::signal::{killpg, pthread_sigmask, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{getpgid, getpgrp, getppid, tcsetpgrp, Pid};
+
+use crate::exit;
+
+/// Arguments of the hidden `fencelock supervise`.
+#[derive(Args, Debug)]
+pub struct SuperviseArgs {
+    /// The read end of the runner's pipe (end-of-file: the runner is gone).
+    #[arg(long, value_name = "FD")]
+    watch_fd: i32,
+    /// Make this process group the terminal's foreground group before PROGRAM starts.
+    #[arg(long)]
+    foreground: bool,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    program: Vec<String>,
+}
+
+/// The signals sent to the group that PROGRAM should act on and the supervisor must outlive,
+/// to report PROGRAM's status.
+const OUTLIVED: [i32; 8] = [
+    nix::libc::SIGINT,
+    nix::libc::SIGTERM,
+    nix::libc::SIGHUP,
+    nix::libc::SIGQUIT,
+    nix::libc::SIGUSR1,
+    nix::libc::SIGUSR2,
+    nix::libc::SIGALRM,
+    // Ctrl-Z stops PROGRAM; the supervisor stays to pass the stop on (see `wait_for`).
+    nix::libc::SIGTSTP,
+];
+
+/// Catches [`OUTLIVED`] for the rest of this process's life (tokio never uninstalls a
+/// handler), doing nothing with them. Caught, not blocked or ignored: an exec resets a caught
+/// signal to its default action, while PROGRAM would inherit a mask or an ignored signal.
+fn outlive_group_signals() -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        for sig in OUTLIVED {
+            let _ = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(sig))?;
+        }
+        Ok(())
+    })
+}
+
+/// Makes this process's group the terminal's foreground group.
+pub fn take_foreground() {
+    give_foreground(getpgrp());
+}
+
+/// Makes `group` the terminal's foreground group, with SIGTTOU blocked on this thread
+/// meanwhile (a background group may then change it).
+pub fn give_foreground(group: Pid) {
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    let mut old = SigSet::empty();
+    if pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old)).is_ok() {
+        let _ = tcsetpgrp(std::io::stdin().as_fd(), group);
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    }
+}
+
+/// Runs the supervisor; returns PROGRAM's exit status.
+pub fn supervise(args: SuperviseArgs) -> u8 {
+    if let Err(e) = outlive_group_signals() {
+        eprintln!("fencelock: cannot handle signals: {e}");
+        return exit::CANNOT_EXECUTE;
+    }
+    let watch = match open_watch(args.watch_fd) {
+        Ok(file) => file,
+        Err(e) => {
+            eprintln!("fencelock: cannot watch the runner (is /proc mounted?): {e}");
+            return exit::CANNOT_EXECUTE;
+        }
+    };
+    if args.foreground && std::io::stdin().is_terminal() {
+        take_foreground();
+    }
+    let child = match Command::new(&args.program[0])
+        .args(&args.program[1..])
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("fencelock: cannot run {:?}: {e}", args.program[0]);
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+        }
+    };
+    std::thread::spawn(move || watch_runner(watch));
+    wait_for(&child, args.foreground)
+}
+
+/// Waits for PROGRAM to end; returns its exit status. On a terminal, PROGRAM stopped by
+/// Ctrl-Z stops the runner's job too, so that the shell gets the terminal back (`fg`
+/// continues the runner, which continues PROGRAM's group).
+fn wait_for(child: &std::process::Child, terminal: bool) -> u8 {
+    let pid = Pid::from_raw(child.id() as i32);
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WUNTRACED)) {
+            Ok(WaitStatus::Exited(_, code)) => return code as u8,
+            Ok(WaitStatus::Signaled(_, sig, _)) => return 128u8.saturating_add(sig as u8),
+            Ok(WaitStatus::Stopped(_, _)) if terminal => stop_the_job(),
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                eprintln!("fencelock: waiting for PROGRAM failed: {e}");
+                return exit::CANNOT_EXECUTE;
+            }
+        }
+    }
+}
+
+/// PROGRAM was stopped from the terminal: the terminal goes back to the runner's group,
+/// which is stopped, as the terminal would have stopped it (the shell's job).
+fn stop_the_job() {
+    let Ok(runner_group) = getpgid(Some(getppid())) else {
+        return;
+    };
+    give_foreground(runner_group);
+    // SIGSTOP: the kernel drops SIGTSTP sent to an orphaned group (a runner that leads its
+    // session, as under `script` or `setsid`).
+    let _ = killpg(runner_group, Signal::SIGSTOP);
+}
+
+/// Opens the pipe's read end again, close-on-exec (so that PROGRAM does not inherit it), and
+/// closes the inherited descriptor. Through `/proc/self/fd`, since taking ownership of a
+/// descriptor by number is `unsafe`. Non-blocking to open (a pipe without writers would
+/// block the open), blocking to read.
+fn open_watch(fd: i32) -> std::io::Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(OFlag::O_NONBLOCK.bits())
+        .open(format!("/proc/self/fd/{fd}"))?;
+    let _ = nix::unistd::close(fd);
+    fcntl(&file, FcntlArg::F_SETFL(OFlag::empty()))?;
+    Ok(file)
+}
+
+/// Blocks until the runner is gone (end-of-file: the kernel closed its write end), then
+/// kills this process group: PROGRAM, what it started, and this process.
+fn watch_runner(mut watch: std::fs::File) {
+    let mut buf = [0u8; 16];
+    loop {
+        match watch.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    let _ = killpg(getpgrp(), Signal::SIGKILL);
+}

@@ -1,0 +1,57 @@
+//! A waiter's place in a lock's wait queue, as the scripts store it
+//! (`attempt window_ms since_us client`), read into the public [`Waiter`].
+
+use std::time::Duration;
+
+use crate::status::Waiter;
+
+/// What the server stored for `owner` (`None`: no place), read at `now_us` on the server's
+/// clock.
+pub(crate) fn waiter(owner: String, place: Option<&str>, now_us: u64) -> Waiter {
+    let unreadable = |reason: String| Waiter {
+        owner: owner.clone(),
+        age: Duration::ZERO,
+        window: Duration::ZERO,
+        remaining: Duration::ZERO,
+        expired: true,
+        unreadable: Some(reason),
+    };
+    let Some(place) = place else {
+        return unreadable("no place recorded".to_owned());
+    };
+    let Some((window_ms, since_us)) = parse(place) else {
+        return unreadable(format!(
+            "place {place:?} is not \"attempt window_ms since_us client\""
+        ));
+    };
+    let window_us = window_ms.saturating_mul(1000);
+    // As queue.lua's end_holding counts: what is left is since + window - now (a place
+    // stamped ahead of this clock, e.g. by a server whose clock went back, has more than its
+    // window).
+    let remaining_us = since_us.saturating_add(window_us).saturating_sub(now_us);
+    Waiter {
+        owner,
+        age: Duration::from_micros(now_us.saturating_sub(since_us)),
+        window: Duration::from_millis(window_ms),
+        remaining: Duration::from_micros(remaining_us),
+        expired: remaining_us < 2000,
+        unreadable: None,
+    }
+}
+
+/// The window and the time taken of a place in the format the release script reads
+/// (queue.lua's parse_place): 'attempt window_ms since_us client', decimal and hex.
+fn parse(place: &str) -> Option<(u64, u64)> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let number = |s: &str| digits(s).then(|| s.parse::<u64>().ok()).flatten();
+    let mut parts = place.split(' ');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(attempt), Some(window), Some(since), Some(client))
+            if digits(attempt) && hex(client) && parts.next().is_none() =>
+        {
+            number(window).zip(number(since))
+        }
+        _ => None,
+    }
+}
