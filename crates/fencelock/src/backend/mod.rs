@@ -25,6 +25,8 @@ pub(crate) mod current;
 pub(crate) mod etcd;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod holdings;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) mod queue;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 pub(crate) mod registry;
