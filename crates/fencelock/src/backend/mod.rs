@@ -6,6 +6,10 @@
 //! one with its own keys, scripts, sessions or leases; nothing above this module sees them.
 //! Services get the client's background machinery (`Ctx`) from above and never import the
 //! API: modules import downward only.
+//!
+//! The seam is the trait [`LockService`]; `registry` lists every service by URL scheme. A
+//! new service is its folder, its `mod` line here, its line in `registry` and its cargo
+//! feature (docs/ARCHITECTURE.md, "What a new service adds").
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
