@@ -516,7 +516,10 @@ async fn stop_after_loss(args: &Job, guard: Guard, program: &mut Program) -> u8 
     eprintln!(
         "fencelock: lock {:?} lost ({}); stopping PROGRAM (SIGTERM, then SIGKILL after {})",
         args.key,
-        crate::explain::lost_reason(guard.lost_reason(), &args.conn),
+        crate::explain::lost_reason(
+            guard.lost_reason().map(|r| r.to_string()).as_deref(),
+            &args.conn,
+        ),
         humantime::format_duration(args.kill_grace)
     );
     let _ = killpg(program.group, Signal::SIGTERM);

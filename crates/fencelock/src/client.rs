@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Result, Warning};
 use crate::lock::Lock;
 use crate::options::ClientOptions;
 use crate::shared::Shared;
@@ -94,7 +94,7 @@ impl Client {
 
     /// Problems found on connect that do not stop the client from working, e.g. a
     /// `maxmemory-policy` that can evict lock keys. Each is also logged with `tracing::warn!`.
-    pub fn warnings(&self) -> &[String] {
+    pub fn warnings(&self) -> &[Warning] {
         &self.inner.warnings
     }
 

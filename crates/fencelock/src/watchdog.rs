@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::background::{Job, Work};
 use crate::error::Error;
-use crate::lease::{LeaseState, LeaseTimes, Lost, Renewal};
+use crate::lease::{LeaseState, LeaseTimes, LostReason, Renewal};
 use crate::options::ClientOptions;
 use crate::telemetry;
 
@@ -127,7 +127,7 @@ impl Watchdog {
         term: Duration,
     ) -> Result<(), Error> {
         if renewal == Renewal::NotHeld {
-            lease.fire_lost(Lost::Extension);
+            lease.fire_lost(LostReason::Extension);
             return Err(lease.lost_error());
         }
         {
@@ -249,7 +249,7 @@ impl Watchdog {
             times.scheduled = None;
             if now >= times.deadline {
                 drop(times);
-                lease.fire_lost(Lost::Deadline);
+                lease.fire_lost(LostReason::Deadline);
                 continue;
             }
             if lease.hold.renew && !times.in_flight && now >= times.renew_at {
@@ -299,7 +299,7 @@ impl Watchdog {
                 Ok(Renewal::NotHeld) => {
                     telemetry::renewal("not_held");
                     drop(times);
-                    lease.fire_lost(Lost::Renewal);
+                    lease.fire_lost(LostReason::Renewal);
                     continue;
                 }
                 Err(e) => {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::background::Background;
-use crate::error::{Error, InputError};
+use crate::error::{Error, InputError, Warning};
 use crate::lease::{LeaseState, Renewal};
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
@@ -61,7 +61,7 @@ impl Connecting<'_> {
 }
 
 /// A connected service and the warnings found on connect.
-pub(crate) type Connected = (Arc<dyn LockService>, Vec<String>);
+pub(crate) type Connected = (Arc<dyn LockService>, Vec<Warning>);
 
 /// A service's connect function, as its line in [`registry`] names it.
 pub(crate) type Connect = for<'a> fn(Connecting<'a>) -> BoxFuture<'a, Result<Connected, Error>>;
