@@ -188,14 +188,26 @@ async fn flocks_spellings_work() {
     assert!(started.elapsed() >= Duration::from_millis(300));
 }
 
-/// PROGRAM for the loss tests: writes its pid to `file`, then waits for `go` to exist and
-/// exits 0.
-fn waiting_program(file: &std::path::Path, go: &std::path::Path) -> String {
-    format!(
+/// `fencelock run --lease LEASE ul` of a PROGRAM that waits for the file `go` in `dir` to
+/// exit 0; returns the runner (stderr piped), once PROGRAM started, PROGRAM's pid and `go`.
+async fn waiting_program(
+    server: &Server,
+    lease: &str,
+    dir: &std::path::Path,
+) -> (tokio::process::Child, i32, std::path::PathBuf) {
+    let (file, go) = (dir.join("started"), dir.join("go"));
+    let body = format!(
         "echo $$ > {}; while [ ! -e {} ]; do sleep 0.01; done; exit 0",
         file.display(),
         go.display()
-    )
+    );
+    let runner = server
+        .cli(&["run", "--lease", lease, "ul", "--shell", &body])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let program = wait_for_file(&file).await.trim().parse().unwrap();
+    (runner, program, go)
 }
 
 /// Point 4 (CLI side): a lock lost before PROGRAM ended is exit 79, never PROGRAM's 0, even
@@ -205,20 +217,7 @@ fn waiting_program(file: &std::path::Path, go: &std::path::Path) -> String {
 async fn a_silent_loss_before_program_ended_is_exit_79() {
     let server = Server::start(Kind::Redis).await;
     let dir = tempfile::tempdir().unwrap();
-    let (file, go) = (dir.path().join("started"), dir.path().join("go"));
-    let runner = server
-        .cli(&[
-            "run",
-            "--lease",
-            "30s",
-            "ul",
-            "--shell",
-            &waiting_program(&file, &go),
-        ])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_file(&file).await;
+    let (runner, _, go) = waiting_program(&server, "30s", dir.path()).await;
     let del = tokio::process::Command::new("redis-cli")
         .args(["-u", &server.url(), "DEL", "fencelock:{ul}"])
         .output();
@@ -244,20 +243,7 @@ async fn a_silent_loss_before_program_ended_is_exit_79() {
 async fn a_known_loss_is_exit_79_when_the_release_fails() {
     let server = Server::start(Kind::Redis).await;
     let dir = tempfile::tempdir().unwrap();
-    let (file, go) = (dir.path().join("started"), dir.path().join("go"));
-    let runner = server
-        .cli(&[
-            "run",
-            "--lease",
-            "1s",
-            "ul",
-            "--shell",
-            &waiting_program(&file, &go),
-        ])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let program: i32 = wait_for_file(&file).await.trim().parse().unwrap();
+    let (runner, program, go) = waiting_program(&server, "1s", dir.path()).await;
     signal(runner.id().unwrap() as i32, Signal::SIGSTOP);
     std::fs::write(&go, "").unwrap();
     all_gone(&[program], Duration::from_secs(10)).await;
@@ -280,21 +266,24 @@ async fn what_program_leaves_in_its_group_dies_before_the_lock_is_free() {
     let server = Server::start(Kind::Redis).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pids");
-    let body = format!("sleep 30 & echo $! > {}; exit 0", file.display());
-    let runner = server
+    // The sleep keeps no pipe of the test's open: only the lock ties it to the runner.
+    let body = format!(
+        "sleep 30 >/dev/null 2>&1 & echo $! > {}; exit 0",
+        file.display()
+    );
+    let mut runner = server
         .cli(&["run", "job1", "--shell", &body])
-        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let pids = started(&file).await;
     let other = server.cli(&["run", "-w", "20", "job1", "true"]).output();
-    let (out, other) = within(30, "both runners exit", async {
-        futures_util::future::join(runner.wait_with_output(), other).await
+    let (status, other) = within(30, "both runners exit", async {
+        futures_util::future::join(runner.wait(), other).await
     })
     .await;
-    let out = out.unwrap();
-    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
-    assert!(other.unwrap().status.success());
+    assert_eq!(status.unwrap().code(), Some(0));
+    let other = other.unwrap();
+    assert!(other.status.success(), "{:?}", text(&other));
     all_gone(&pids, Duration::from_secs(1)).await;
 }
 
@@ -306,21 +295,18 @@ async fn a_member_ignoring_sigterm_does_not_outlive_a_loss() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pids");
     let body = format!(
-        "(trap '' TERM; exec sleep 30) & echo $! > {}; wait",
+        "(trap '' TERM; exec sleep 30 >/dev/null 2>&1) & echo $! > {}; wait",
         file.display()
     );
-    let runner = server
+    let mut runner = server
         .cli(&["run", "--kill-grace", "30s", "fu", "--shell", &body])
-        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let pids = started(&file).await;
     let out = server.output(&["unlock", "--force", "--yes", "fu"]).await;
     assert!(out.status.success(), "{:?}", text(&out));
-    let out = within(20, "runner exits", runner.wait_with_output())
-        .await
-        .unwrap();
-    assert_eq!(out.status.code(), Some(LOCK_LOST), "{:?}", text(&out));
+    let status = within(20, "runner exits", runner.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(LOCK_LOST));
     all_gone(&pids, Duration::from_secs(1)).await;
 }
 
@@ -506,8 +492,10 @@ async fn an_interactive_program_is_stopped_on_loss() {
 /// back, then per MODE: `fg` continues the job in the foreground; `bg` continues it in the
 /// background, waits for it to stop again (PROGRAM reads the terminal) and says whose the
 /// terminal is, then `fg`; `late` says "stopped" on the driver's stdout and waits for a line
-/// on its stdin before `fg`. After `fg` the driver types "fence". Every wait is bounded by
-/// the caller's (the driver is killed with the test) and by an alarm in the shell.
+/// on its stdin, then types "go" (the shell's cue for `fg`) and "fence" at once, so that
+/// PROGRAM has its input the moment it is continued. Otherwise the driver types "fence"
+/// after `fg`. Every wait is bounded by the caller's (the driver is killed with the test) and
+/// by an alarm in the shell.
 const JOB_DRIVER: &str = r#"
 import os, pty, signal, sys
 mode = sys.argv[1]
@@ -542,7 +530,7 @@ if pid == 0:
         mine = os.tcgetpgrp(0) == os.getpgrp()
         say("shell: stopped again, terminal %s" % ("mine" if mine else "taken"))
     if mode == "late":
-        sys.stdin.readline()
+        os.read(0, 1024)
     os.tcsetpgrp(0, job)
     os.killpg(job, signal.SIGCONT)
     say("shell: continued")
@@ -561,9 +549,10 @@ wait_for(b"shell: stopped")
 if mode == "late":
     print("stopped", flush=True)
     sys.stdin.readline()
-    os.write(fd, b"go\n")
+    os.write(fd, b"go\nfence\n")
 wait_for(b"shell: continued")
-os.write(fd, b"fence\n")
+if mode != "late":
+    os.write(fd, b"fence\n")
 wait_for(b"shell: exit ")
 while True:
     try:
@@ -645,13 +634,23 @@ async fn bg_leaves_the_terminal_to_the_shell() {
 }
 
 /// Review point 3: a job stopped (Ctrl-Z) past its lease, while another holder took the lock,
-/// is not continued by `fg`: PROGRAM never reads or prints again, and the runner exits 79.
-#[tokio::test]
-async fn fg_after_the_lease_ran_out_stops_program() {
+/// is not continued by `fg`: PROGRAM, its input waiting, never reads or prints again, and the
+/// runner exits 79 at once (not after the grace: point 4).
+async fn fg_after_the_lease_ran_out_stops_program(kind: Kind) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let server = Server::start(Kind::Redis).await;
+    let server = Server::start(kind).await;
     let dir = tempfile::tempdir().unwrap();
-    let args = ["run", "--lease", "1s", "tty-job", "--shell", TTY_BODY];
+    // A long grace: PROGRAM, stopped, must be told to stop in a way it acts on at once.
+    let args = [
+        "run",
+        "--lease",
+        "1s",
+        "--kill-grace",
+        "60s",
+        "tty-job",
+        "--shell",
+        TTY_BODY,
+    ];
     let mut driver = job_on_a_terminal(&server, dir.path(), "late", &args);
     let mut stdout = tokio::io::BufReader::new(driver.stdout.take().unwrap()).lines();
     let line = within(30, "the job stops", stdout.next_line()).await;
@@ -677,4 +676,19 @@ async fn fg_after_the_lease_ran_out_stops_program() {
     assert!(out.status.success(), "{rest}\n{}", text(&out).1);
     assert!(!rest.contains("got"), "{rest}");
     assert_eq!(job_exit(&rest), Some(LOCK_LOST), "{rest}");
+}
+
+#[tokio::test]
+async fn fg_after_the_lease_ran_out_stops_program_redis() {
+    fg_after_the_lease_ran_out_stops_program(Kind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fg_after_the_lease_ran_out_stops_program_zookeeper() {
+    fg_after_the_lease_ran_out_stops_program(Kind::ZooKeeper).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fg_after_the_lease_ran_out_stops_program_etcd() {
+    fg_after_the_lease_ran_out_stops_program(Kind::Etcd).await;
 }
