@@ -1,4 +1,21 @@
 //! The Redis family's keys and channel of a lock, derived from its name once per lock handle.
+//!
+//! All share the hash tag `{name}`, so that one lock's keys live in one Cluster slot:
+//! - `fencelock:{name}`: hash `owner id -> hold ids` (space-separated attempt ids, oldest first;
+//!   the hold count is their number), `=token` (the holding's fencing token), and `=q` while the
+//!   wait queue may have places (a release looks at the queue only then). TTL: the lease.
+//! - `fencelock:{name}:fence`: the last fencing token issued; no TTL.
+//! - `fencelock:{name}:queue` (list of waiting owner ids, in arrival order) and
+//!   `fencelock:{name}:waiting` (hash `owner id -> "attempt window_ms since_us client"`): the wait
+//!   queue (not RedLock). Both expire with the newest place's window. `status.lua` reads them with
+//!   the lock and the server's `TIME`; places past their window are listed as expired.
+//! - `fencelock:{name}:released`: pub/sub channel (`SPUBLISH` on a Cluster), and
+//!   `...:released:<client id>` for each waiting client. A release hands the lock to the first
+//!   place with time left (one window; `=grant <attempt> <token> <elapsed_ms>` on its client's
+//!   channel), or publishes the owner id when places were all past their windows; RedLock always
+//!   publishes a unique release id. Force-unlock publishes `=forced` there, and
+//!   `=forced <lock key> <hold ids>` on `fencelock:client:<client id>` of each holder's client
+//!   (subscribed on connect; not on a Cluster).
 
 use std::sync::Arc;
 

@@ -8,6 +8,29 @@
 //!   reply, the release sink), a leaf; `setup`: how connections are configured, a leaf.
 //! - `acquire`: the acquire algorithm (attempts named by id, waiting, handover, undo);
 //!   `waiters`: this client's local wait queues, fed by release messages.
+//! - `keys`: a lock's keys and channels (its docs list them); `places`: a waiter's place in
+//!   the server's queue, as the scripts write it; `abandoned`: attempts and holds given up,
+//!   given back first by the owner's next attempt.
+//! - RedLock's helpers: `serials` (a heal of a hold runs before its release), `outcome` (each
+//!   server's answer, the source of `Error::Quorum`), `distinct` (a set's URLs reach distinct
+//!   servers). Sentinel's: `announce` (`+switch-master`), `released` (releases kept across a
+//!   switch, given back again after it).
+//!
+//! What crosses between the pieces on the way of one lock:
+//!
+//! ```text
+//!  Lock::acquire ──attempt──▶ backend::redis (EVALSHA acquire) ──▶ redis-server
+//!      │ held?                                                        │ PUBLISH on release
+//!      ▼                                                              ▼
+//!  waiters::join ──SUBSCRIBE (lock + client channel)─▶ subscriber conn ──push──▶ WaitRegistry::released
+//!      │ the head's attempt takes a place        =grant: wakes the waiter it names, which holds
+//!      │ in the server's queue                   the lock; other messages: wake each head
+//!      ▼
+//!  Guard ◀── LeaseState ──weak──▶ watchdog queue ──pipelined EVALSHA extend──▶ redis-server
+//!                 │ deadline passed / renewal says NotHeld
+//!                 ▼
+//!           CancellationToken cancelled  ──▶ guard.lost() resolves
+//! ```
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
