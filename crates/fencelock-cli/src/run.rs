@@ -74,7 +74,8 @@ pub struct RunArgs {
     name: Option<String>,
     /// The program and its arguments. It gets FENCELOCK_KEY (NAME) and FENCELOCK_TOKEN (the
     /// fencing token) in its environment, and runs in its own process group, which it does
-    /// not outlive: if fencelock dies, PROGRAM is killed. Every word before PROGRAM that
+    /// not outlive: if fencelock dies, PROGRAM is killed; when PROGRAM ends, what it left
+    /// running in its group is killed before the lock is released. Every word before PROGRAM that
     /// starts with `-` must be an option (put `--` before a PROGRAM that starts with `-`).
     #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
     program: Vec<String>,

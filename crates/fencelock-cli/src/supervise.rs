@@ -49,7 +49,8 @@
 //!   runner in the background; the runner continues PROGRAM without the terminal (PROGRAM
 //!   reading it stops the job again, as any background job). The lease is not renewed while
 //!   the runner is stopped: a job stopped past its lease loses the lock, and when it is
-//!   continued PROGRAM is stopped (79) without running another instruction.
+//!   continued the runner does not continue PROGRAM but stops it (SIGTERM, which a stopped
+//!   PROGRAM acts on before anything else when the SIGCONT that follows continues it; 79).
 //!
 //! The supervisor reports PROGRAM's status, or 128+N when PROGRAM was killed by signal N,
 //! and 126/127 when PROGRAM could not be executed / was not found.
