@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
-use crate::lease::{LeaseState, Renewal};
+use crate::lease::{Hold, LeaseState, Renewal};
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::{BoxFuture, Renewals, Watchdog};
@@ -71,6 +71,24 @@ pub(crate) type Connected = (Arc<dyn LockService>, Vec<Warning>);
 
 /// A service's connect function, as its line in [`registry`] names it.
 pub(crate) type Connect = for<'a> fn(Connecting<'a>) -> BoxFuture<'a, Result<Connected, Error>>;
+
+impl Ctx {
+    /// A hold the service granted, as the core keeps it: its `LeaseState` (token, deadline,
+    /// lost-lock signal), timed by the watchdog, which renews it at `renew_at` if the hold is
+    /// renewed and fires its lost signal at `deadline`. Services say what they granted and
+    /// never build lease state themselves. (A hold of a session also goes to the session's
+    /// holds, which move its deadline and end it with the session.)
+    pub(crate) fn grant(
+        &self,
+        hold: Hold,
+        deadline: Instant,
+        renew_at: Instant,
+    ) -> Arc<LeaseState> {
+        let lease = Arc::new(LeaseState::new(hold, deadline, renew_at));
+        self.watchdog.track(&lease);
+        lease
+    }
+}
 
 /// A lock's state as the service has it, for `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]

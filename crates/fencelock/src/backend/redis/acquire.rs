@@ -172,7 +172,6 @@ impl Ask<'_> {
 
     /// The hold `id` with its deadline and first renewal time (`times`).
     fn held_until(&self, id: u64, times: (Instant, Instant), token: u64, count: u64) -> Held {
-        let watchdog = &self.ctx.watchdog;
         let hold = Hold {
             lock: self.lock.clone(),
             owner: self.owner.clone(),
@@ -181,10 +180,8 @@ impl Ask<'_> {
             id,
             token,
         };
-        let state = Arc::new(LeaseState::new(hold, times.0, times.1));
-        watchdog.track(&state);
         Held {
-            lease: state,
+            lease: self.ctx.grant(hold, times.0, times.1),
             count,
         }
     }

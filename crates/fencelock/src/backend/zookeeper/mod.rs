@@ -278,8 +278,7 @@ impl Inner {
             token,
         };
         let deadline = self.session.deadline();
-        let lease = Arc::new(LeaseState::new(hold, deadline, deadline));
-        ctx.watchdog.track(&lease);
+        let lease = ctx.grant(hold, deadline, deadline);
         self.session.register(&lease);
         lease
     }
