@@ -93,11 +93,12 @@ impl Connection {
     fn print_warnings(&self, client: &fencelock::Client, lease: bool) {
         for warning in client.warnings() {
             // Lease warnings concern --lease; a command without it asked for no lease.
-            let about_lease = warning.contains("default_lease");
+            let about_lease = matches!(warning, fencelock::Warning::LeaseAdjusted { .. });
             if lease || !about_lease {
+                let text = warning.to_string();
                 eprintln!(
                     "fencelock: warning: {}",
-                    warning.replace("ClientOptions::default_lease", "--lease")
+                    text.replace("ClientOptions::default_lease", "--lease")
                 );
             }
         }

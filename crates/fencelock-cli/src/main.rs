@@ -104,7 +104,8 @@ fn main() -> ExitCode {
         }
     };
     let cli = match cli.command {
-        // Without a runtime: it blocks signals before any thread starts.
+        // Without the multi-threaded runtime: the supervisor catches the group's signals with
+        // a runtime of its own (see `supervise.rs`) and forks PROGRAM from its main thread.
         Command::Supervise(args) => return ExitCode::from(supervise::supervise(args)),
         command => Cli { command },
     };

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Result, Warning};
 use crate::lock::Lock;
 use crate::options::ClientOptions;
 use crate::shared::Shared;
@@ -38,8 +38,12 @@ impl Client {
     ///   Apache Curator's `InterProcessMutex` layout. The client's session is the lease of
     ///   every lock it holds: its timeout is [`ClientOptions::default_lease`] as the server
     ///   negotiated it (a different one is reported in [`Client::warnings`]).
+    /// - `etcd://[user[:password]@]host:port[,host:port...][/prefix]` (feature `etcd`): an etcd
+    ///   cluster, with the key layout of etcd's `concurrency.Mutex`; the client's lease (TTL
+    ///   [`ClientOptions::default_lease`] in whole seconds) is the lease of every lock it holds.
     ///
-    /// For RedLock over independent servers see [`Client::connect_all`].
+    /// [`crate::services`] lists the services and their URL forms, and says which this build
+    /// has. For RedLock over independent servers see [`Client::connect_all`].
     ///
     /// Must be called inside a tokio runtime: the client's background task runs there.
     pub async fn connect(url: &str) -> Result<Self> {
@@ -94,7 +98,7 @@ impl Client {
 
     /// Problems found on connect that do not stop the client from working, e.g. a
     /// `maxmemory-policy` that can evict lock keys. Each is also logged with `tracing::warn!`.
-    pub fn warnings(&self) -> &[String] {
+    pub fn warnings(&self) -> &[Warning] {
         &self.inner.warnings
     }
 

@@ -172,17 +172,19 @@ pub enum Error {
         /// The server's message.
         detail: String,
     },
-    /// The Redis server answered with an error (cargo feature `redis`).
-    #[cfg(feature = "redis")]
-    #[error("server {server} returned an error{}: {source}", for_lock(.lock))]
+    /// The service answered with an error of its own (the `source`, from the service's client
+    /// library), not one fencelock maps to another variant.
+    #[error("{service} server {server} returned an error{}: {source}", for_lock(.lock))]
     Server {
+        /// The lock service (`"Redis"`, `"ZooKeeper"`, `"etcd"`).
+        service: &'static str,
         /// The lock name, when the failure happened during a lock operation.
         lock: Option<String>,
         /// The server address.
         server: String,
-        /// The underlying error.
+        /// The service's error.
         #[source]
-        source: redis::RedisError,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The service refused the client's credentials, or they give no access to the lock: a
     /// wrong password, an unknown user, a user whose permissions (Redis ACL, etcd role,
@@ -207,10 +209,9 @@ pub enum Error {
         /// What was wrong with the reply.
         detail: String,
     },
-    /// RedLock: no majority of the servers agreed. Says what each server answered (cargo
-    /// feature `redis`).
-    #[cfg(feature = "redis")]
-    #[error("{operation} of {} needs {needed} servers to agree: {}", lock.as_deref().map_or("RedLock".to_owned(), |l| format!("lock {l:?}")), list(.outcomes))]
+    /// A service that needs a majority of independent servers (RedLock over Redis servers)
+    /// did not get one. The `source` says what each server answered.
+    #[error("{operation} of {} needs {needed} servers to agree: {source}", lock.as_deref().map_or("RedLock".to_owned(), |l| format!("lock {l:?}")))]
     Quorum {
         /// The lock name, when there is one.
         lock: Option<String>,
@@ -218,13 +219,14 @@ pub enum Error {
         operation: &'static str,
         /// How many servers make a majority.
         needed: usize,
-        /// Each server's answer (servers that answered as hoped may be left out).
-        outcomes: Vec<ServerOutcome>,
+        /// Each server's answer (servers that answered as hoped may be left out), one per
+        /// server in its `Display`, separated by `; `.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// `min_replica_acks`: not enough replicas confirmed the lock in time, so it was given
-    /// back (a failover now could have lost it). Redis only (cargo feature `redis`): the
-    /// other services refuse the option before any I/O.
-    #[cfg(feature = "redis")]
+    /// back (a failover now could have lost it). Redis only: the other services refuse the
+    /// option before any I/O.
     #[error("lock {lock:?} on {server}: {acked} of {needed} replicas acknowledged within {timeout:?}; the lock was released")]
     ReplicaAcks {
         /// The lock name.
@@ -245,14 +247,13 @@ pub enum Error {
         /// The lock name.
         lock: String,
         /// Why the lock counts as lost.
-        reason: &'static str,
+        reason: crate::LostReason,
     },
     /// The lock's fencing counter cannot issue another token: it does not hold a number, or
     /// it has issued the highest token (2^64 − 1). Tokens never repeat, so the acquire fails
     /// (changing nothing) until an operator resets the counter and every resource fenced with
-    /// it. Redis only (cargo feature `redis`): ZooKeeper and etcd tokens are the service's own
+    /// it. Redis only: ZooKeeper and etcd tokens are the service's own
     /// transaction ids.
-    #[cfg(feature = "redis")]
     #[error("lock {lock:?} on server {server} cannot issue a fencing token: {detail}")]
     FencingExhausted {
         /// The lock name.
@@ -287,59 +288,6 @@ pub enum Error {
     },
 }
 
-/// What one server of a RedLock set answered (cargo feature `redis`).
-#[cfg(feature = "redis")]
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ServerOutcome {
-    /// The server granted the lock with this token.
-    Granted {
-        /// `host:port`.
-        server: String,
-        /// The token it issued.
-        token: u64,
-    },
-    /// Another owner holds the lock on this server.
-    Held {
-        /// `host:port`.
-        server: String,
-        /// That owner's remaining lease there.
-        remaining: Option<Duration>,
-    },
-    /// The request failed.
-    Failed {
-        /// `host:port`.
-        server: String,
-        /// Why.
-        error: String,
-    },
-    /// No answer had arrived when the attempt was decided.
-    NoReply {
-        /// `host:port`.
-        server: String,
-    },
-}
-
-#[cfg(feature = "redis")]
-impl std::fmt::Display for ServerOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Granted { server, token } => write!(f, "{server}: granted (token {token})"),
-            Self::Held { server, remaining } => {
-                write!(f, "{server}: held by another owner ({remaining:?} left)")
-            }
-            Self::Failed { server, error } => write!(f, "{server}: {error}"),
-            Self::NoReply { server } => write!(f, "{server}: no reply yet"),
-        }
-    }
-}
-
-#[cfg(feature = "redis")]
-fn list(outcomes: &[ServerOutcome]) -> String {
-    let parts: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
-    parts.join("; ")
-}
-
 fn for_lock(lock: &Option<String>) -> String {
     match lock {
         Some(name) => format!(" (lock {name:?})"),
@@ -349,3 +297,64 @@ fn for_lock(lock: &Option<String>) -> String {
 
 /// `Result` with fencelock's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A problem found on connect that does not stop the client from working
+/// ([`crate::Client::warnings`]); each is also logged with `tracing::warn!`. `Display` says
+/// it in a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Warning {
+    /// A server's eviction policy can evict lock keys and hand a lock to two owners.
+    EvictionPolicy {
+        /// The server address.
+        server: String,
+        /// Its `maxmemory-policy`.
+        policy: String,
+    },
+    /// One server of a set that needs a majority (RedLock) was unavailable at connect; it is
+    /// retried on every request.
+    ServerUnavailable {
+        /// The server address.
+        server: String,
+        /// What connecting to it found.
+        error: String,
+    },
+    /// The service granted a lease (session timeout, lease TTL) other than the one
+    /// [`crate::ClientOptions::default_lease`] asked for: locks count as lost that long after
+    /// the server was last heard from.
+    LeaseAdjusted {
+        /// The lock service (`"ZooKeeper"`, `"etcd"`).
+        service: &'static str,
+        /// The lease asked for.
+        asked: Duration,
+        /// The lease granted, which every guard's `lease()` reports.
+        granted: Duration,
+    },
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::EvictionPolicy { server, policy } => write!(
+                f,
+                "server {server} has maxmemory-policy {policy}, which can evict lock keys and \
+                 hand a lock to two owners; use noeviction"
+            ),
+            Self::ServerUnavailable { server, error } => write!(
+                f,
+                "RedLock server {server} is unavailable ({error}); it will be retried on every \
+                 request"
+            ),
+            Self::LeaseAdjusted {
+                service,
+                asked,
+                granted,
+            } => write!(
+                f,
+                "{service} granted a lease of {granted:?} (asked for {asked:?}, \
+                 ClientOptions::default_lease); locks count as lost that long after the server \
+                 was last heard from"
+            ),
+        }
+    }
+}

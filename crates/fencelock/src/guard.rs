@@ -8,7 +8,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::backend::Released;
 use crate::error::Result;
-use crate::lease::LeaseState;
+use crate::lease::{LeaseState, LostReason};
 use crate::options::validate_lease;
 use crate::shared::Shared;
 
@@ -92,8 +92,8 @@ impl Guard {
         self.state.token().child_token()
     }
 
-    /// Why the lost-lock signal fired, if it did.
-    pub fn lost_reason(&self) -> Option<&'static str> {
+    /// Why the lost-lock signal fired, if it did (`Display` says it in a sentence).
+    pub fn lost_reason(&self) -> Option<LostReason> {
         if self.state.token().is_cancelled() {
             self.state.reason()
         } else {
@@ -175,9 +175,11 @@ impl Drop for Guard {
 fn in_doubt(result: &Result<Released>) -> bool {
     match result {
         // Refused (e.g. a password changed since, met by a reconnection): the hold stays.
-        Err(crate::Error::Unavailable { .. } | crate::Error::Denied { .. }) => true,
-        #[cfg(feature = "redis")]
-        Err(crate::Error::Quorum { .. }) => true,
+        Err(
+            crate::Error::Unavailable { .. }
+            | crate::Error::Denied { .. }
+            | crate::Error::Quorum { .. },
+        ) => true,
         _ => false,
     }
 }

@@ -26,53 +26,63 @@ pub(crate) struct LeaseTimes {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renewal {
     /// The hold is still there; the lease now has at least the asked-for time left.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    // Seam vocabulary: a build without the services that use it leaves it unused.
+    #[allow(dead_code)]
     Renewed,
     /// The hold is gone.
     NotHeld,
 }
 
-/// Why a guard's lease counts as lost.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Lost {
-    /// The deadline passed without a successful renewal.
+/// Why a guard's lock counts as lost ([`crate::Guard::lost_reason`], [`crate::Error::LockLost`]).
+/// `Display` says it in a sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The deadline passed without a successful renewal (of the lease, or of the session:
+    /// the server was not heard from in time).
     Deadline,
-    /// A renewal found the hold gone.
+    /// A renewal found the lock deleted or held by another owner.
     Renewal,
-    /// An extension found the hold gone.
+    /// An extension ([`crate::Guard::extend`]) found the lock deleted or held by another owner.
     Extension,
-    /// The session the hold lived in (ZooKeeper's session, etcd's lease) expired or was
-    /// closed or revoked.
-    #[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
+    /// The session the hold lived in (ZooKeeper's session, etcd's lease) expired, was closed
+    /// or revoked.
     Session,
-    /// The hold's node (key) was deleted by someone else (a forced unlock).
+    /// The hold's node or key was deleted by another client (a forced unlock).
     Deleted,
+    /// The guard gave the lock back (seen through [`crate::Guard::lost_token`] after a
+    /// release).
+    Released,
 }
 
-impl Lost {
-    fn reason(self) -> &'static str {
-        match self {
-            Lost::Deadline => {
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Deadline => {
                 "the deadline passed without a successful renewal (of the lease, or of the \
                  session: the server was not heard from)"
             }
-            Lost::Renewal => "a renewal found the lock deleted or held by another owner",
-            Lost::Extension => "an extension found the lock deleted or held by another owner",
-            Lost::Session => {
+            Self::Renewal => "a renewal found the lock deleted or held by another owner",
+            Self::Extension => "an extension found the lock deleted or held by another owner",
+            Self::Session => {
                 "the client's session (ZooKeeper) or lease (etcd) expired, was closed or revoked"
             }
-            Lost::Deleted => "the lock's node or key was deleted by another client (forced unlock)",
-        }
+            Self::Deleted => "the lock's node or key was deleted by another client (forced unlock)",
+            Self::Released => "released",
+        })
     }
+}
 
+impl LostReason {
     /// The `reason` label of `fencelock_holds_lost_total`.
     fn label(self) -> &'static str {
         match self {
-            Lost::Deadline => "deadline",
-            Lost::Renewal => "renewal",
-            Lost::Extension => "extension",
-            Lost::Session => "session",
-            Lost::Deleted => "deleted",
+            Self::Deadline => "deadline",
+            Self::Renewal => "renewal",
+            Self::Extension => "extension",
+            Self::Session => "session",
+            Self::Deleted => "deleted",
+            Self::Released => "released",
         }
     }
 }
@@ -98,7 +108,7 @@ pub(crate) struct LeaseState {
     pub(crate) hold: Hold,
     pub(crate) times: Mutex<LeaseTimes>,
     lost: CancellationToken,
-    reason: OnceLock<&'static str>,
+    reason: OnceLock<LostReason>,
     finished: AtomicBool,
 }
 
@@ -125,10 +135,9 @@ impl LeaseState {
     }
 
     /// Fires the lost-lock signal once, with its reason.
-    pub(crate) fn fire_lost(&self, lost: Lost) {
-        let reason = lost.reason();
-        if self.reason.set(reason).is_ok() {
-            tracing::warn!(lock = %self.hold.lock.name, reason, "lock lost");
+    pub(crate) fn fire_lost(&self, lost: LostReason) {
+        if self.reason.set(lost).is_ok() {
+            tracing::warn!(lock = %self.hold.lock.name, reason = %lost, "lock lost");
             crate::telemetry::lost(lost.label());
         }
         self.finished.store(true, Ordering::Release);
@@ -138,7 +147,7 @@ impl LeaseState {
     /// The guard gave the lease back: nothing more to renew or to signal to the watchdog.
     /// Observers of the token learn that the lock is no longer theirs to use.
     pub(crate) fn finish(&self) {
-        let _ = self.reason.set("released");
+        let _ = self.reason.set(LostReason::Released);
         self.finished.store(true, Ordering::Release);
         self.lost.cancel();
     }
@@ -152,7 +161,7 @@ impl LeaseState {
         &self.lost
     }
 
-    pub(crate) fn reason(&self) -> Option<&'static str> {
+    pub(crate) fn reason(&self) -> Option<LostReason> {
         self.reason.get().copied()
     }
 
@@ -160,7 +169,7 @@ impl LeaseState {
     pub(crate) fn lost_error(&self) -> crate::error::Error {
         crate::error::Error::LockLost {
             lock: self.hold.lock.name.clone(),
-            reason: self.reason().unwrap_or("lease expired"),
+            reason: self.reason().unwrap_or(LostReason::Deadline),
         }
     }
 

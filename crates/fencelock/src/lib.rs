@@ -44,10 +44,9 @@ pub use redis;
 pub use backend::registry::{services, ServiceInfo};
 pub use backend::Released;
 pub use client::Client;
-#[cfg(feature = "redis")]
-pub use error::ServerOutcome;
-pub use error::{Error, InputError, Result};
+pub use error::{Error, InputError, Result, Warning};
 pub use guard::Guard;
+pub use lease::LostReason;
 pub use lock::{Contended, Lock};
 pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};
 pub use options::{ClientOptions, LockOptions, MAX_LEASE, MAX_TIMEOUT, MIN_LEASE};

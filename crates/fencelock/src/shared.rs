@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::registry;
 use crate::backend::{Connecting, Ctx, LockService};
 use crate::background::Background;
-use crate::error::{Error, InputError, Result};
+use crate::error::{Error, InputError, Result, Warning};
 use crate::lease::LeaseState;
 use crate::name::LockName;
 use crate::options::ClientOptions;
@@ -24,7 +24,7 @@ pub(crate) struct Shared {
     /// Random 128-bit id, hex: the first half of every owner id this client makes.
     pub(crate) id: String,
     next_handle: AtomicU64,
-    pub(crate) warnings: Vec<String>,
+    pub(crate) warnings: Vec<Warning>,
     shutdown: CancellationToken,
 }
 

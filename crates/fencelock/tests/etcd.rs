@@ -630,7 +630,7 @@ async fn a_revoked_lease_fires_lost_on_every_guard() {
             )
             .await;
             assert!(!g.is_held(), "guard {i}");
-            let why = g.lost_reason().unwrap_or_default();
+            let why = g.lost_reason().map(|r| r.to_string()).unwrap_or_default();
             assert!(
                 why.contains("revoked"),
                 "guard {i} was told by something else than the lease's end: {why:?}"

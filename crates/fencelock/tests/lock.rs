@@ -258,7 +258,11 @@ async fn a_fixed_lease_expires_and_the_guard_says_so() {
     let guard = lock.acquire().await.unwrap();
     within(2.0, "lost after the fixed lease", guard.lost()).await;
     assert!(!guard.is_held());
-    assert!(guard.lost_reason().unwrap().contains("deadline"));
+    assert!(guard
+        .lost_reason()
+        .unwrap()
+        .to_string()
+        .contains("deadline"));
     assert!(matches!(
         guard.extend(Duration::from_secs(1)).await,
         Err(Error::LockLost { .. })
@@ -308,6 +312,7 @@ async fn lost_fires_when_the_key_is_deleted_behind_the_holder() {
     assert!(guard
         .lost_reason()
         .unwrap()
+        .to_string()
         .contains("deleted or held by another"));
     assert_eq!(guard.release().await.unwrap(), Released::NotHeld);
 }
@@ -328,7 +333,11 @@ async fn lost_fires_when_the_server_is_paused_past_the_lease() {
     assert!(after >= Duration::from_millis(480), "fired after {after:?}");
     assert!(after < Duration::from_millis(1500), "fired after {after:?}");
     assert!(!guard.is_held());
-    assert!(guard.lost_reason().unwrap().contains("deadline"));
+    assert!(guard
+        .lost_reason()
+        .unwrap()
+        .to_string()
+        .contains("deadline"));
 }
 
 /// A waiter is woken by the release message: it sends no command while it waits, and gets
@@ -645,7 +654,7 @@ async fn an_evicting_server_is_reported_and_a_disabled_config_is_skipped() {
         .unwrap();
     let c = client(&evicting).await;
     assert_eq!(c.warnings().len(), 1);
-    assert!(c.warnings()[0].contains("allkeys-lru"));
+    assert!(c.warnings()[0].to_string().contains("allkeys-lru"));
 
     let plain = server();
     assert!(client(&plain).await.warnings().is_empty());
@@ -789,7 +798,10 @@ async fn a_restart_that_lost_the_lock_is_heard_at_once() {
     let guard = client.lock("restarted").acquire().await.unwrap();
     tokio::task::block_in_place(|| server.restart()).unwrap();
     within(5.0, "lost soon after the restart", guard.lost()).await;
-    let why = guard.lost_reason().unwrap_or_default();
+    let why = guard
+        .lost_reason()
+        .map(|r| r.to_string())
+        .unwrap_or_default();
     assert!(why.contains("renewal"), "{why}");
     // Meanwhile the lock is free for others.
     let other = client_with(&server, short_lease(30_000)).await;
@@ -810,7 +822,7 @@ async fn a_holder_hears_of_a_forced_unlock_at_once() {
     let removed = admin.force_unlock("forced").await.unwrap();
     assert_eq!(removed.len(), 1, "{removed:?}");
     within(1.0, "lost after the forced unlock", guard.lost()).await;
-    let reason = guard.lost_reason().unwrap();
+    let reason = guard.lost_reason().unwrap().to_string();
     assert!(reason.contains("forced unlock"), "{reason}");
     assert!(kept.is_held());
     assert_eq!(kept.release().await.unwrap(), Released::Released);

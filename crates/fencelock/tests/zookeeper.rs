@@ -1206,7 +1206,7 @@ async fn every_guard_is_told_when_the_session_ends() {
         for (i, g) in [&first, &second, &outer, &inner].iter().enumerate() {
             within(10.0, &format!("lost() of guard {i}"), g.lost()).await;
             assert!(!g.is_held(), "guard {i}");
-            let why = g.lost_reason().unwrap_or_default();
+            let why = g.lost_reason().map(|r| r.to_string()).unwrap_or_default();
             assert!(
                 why.contains("expired, was closed"),
                 "guard {i} was told by something else than the session's end: {why:?}"

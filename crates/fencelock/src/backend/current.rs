@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use crate::background::Background;
-use crate::error::Error;
+use crate::error::{Error, Warning};
 use crate::options::ClientOptions;
 
 /// A session or a lease, with what lives in it.
@@ -21,7 +21,7 @@ pub(crate) trait Ends: Sized + Send + Sync {
         target: &Self::Target,
         options: &ClientOptions,
         background: &Background,
-    ) -> impl Future<Output = Result<(Arc<Self>, Vec<String>), Error>> + Send;
+    ) -> impl Future<Output = Result<(Arc<Self>, Vec<Warning>), Error>> + Send;
     /// Whether it has ended (expired, revoked or closed) for good.
     fn has_ended(&self) -> bool;
     /// Stops its background work (keep-alives, watches).
@@ -45,7 +45,7 @@ impl<T: Ends> Current<T> {
         target: T::Target,
         options: &ClientOptions,
         background: &Background,
-    ) -> Result<(Self, Vec<String>), Error> {
+    ) -> Result<(Self, Vec<Warning>), Error> {
         let (first, warnings) = T::open(&target, options, background).await?;
         let current = Self {
             now: Mutex::new(first),

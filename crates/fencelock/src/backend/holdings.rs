@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::{Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::Error;
-use crate::lease::{LeaseState, Lost};
+use crate::lease::{LeaseState, LostReason};
 
 /// One holding: a lock node (key) of this session and the holds (guards) over it.
 struct Holding {
@@ -202,7 +202,7 @@ impl Holdings {
         let removed = holding.is_some();
         for (_, lease) in holding.into_iter().flat_map(|h| h.holds) {
             if let Some(lease) = lease.upgrade() {
-                lease.fire_lost(Lost::Deleted);
+                lease.fire_lost(LostReason::Deleted);
             }
         }
         removed

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::time::Instant;
 
-use crate::lease::{LeaseState, Lost};
+use crate::lease::{LeaseState, LostReason};
 
 /// The holds of one session, weakly: a guard dropped without release leaves nothing here.
 #[derive(Default)]
@@ -39,7 +39,7 @@ impl SessionHolds {
         inner.all.push(Arc::downgrade(lease));
         if inner.ended {
             drop(inner);
-            lease.fire_lost(Lost::Session);
+            lease.fire_lost(LostReason::Session);
         }
     }
 
@@ -61,7 +61,7 @@ impl SessionHolds {
     pub(crate) fn end(&self) {
         self.inner().ended = true;
         for lease in self.live() {
-            lease.fire_lost(Lost::Session);
+            lease.fire_lost(LostReason::Session);
         }
     }
 

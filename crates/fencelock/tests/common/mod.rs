@@ -158,13 +158,13 @@ pub async fn a_dropped_release_is_finished(proxied: &str, direct: &str, proxy: &
 
 /// A client's warnings after asking for lease `asked` and being granted `granted` (a
 /// ZooKeeper session timeout, an etcd TTL): none when they match, else one naming both.
-pub fn assert_lease_reported(warnings: &[String], asked: Duration, granted: Duration) {
+pub fn assert_lease_reported(warnings: &[fencelock::Warning], asked: Duration, granted: Duration) {
     if asked == granted {
         assert!(warnings.is_empty(), "{warnings:?}");
         return;
     }
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    let w = &warnings[0];
+    let w = &warnings[0].to_string();
     assert!(
         w.contains(&format!("{granted:?}")) && w.contains(&format!("{asked:?}")),
         "the warning names the lease granted and the one asked for: {w}"

@@ -30,7 +30,7 @@ use super::{
     Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
 };
 use crate::background::Background;
-use crate::error::{Error, InputError};
+use crate::error::{Error, InputError, Warning};
 use crate::lease::{Hold, LeaseState};
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
@@ -70,7 +70,7 @@ impl Etcd {
         url: &str,
         options: &ClientOptions,
         background: &Background,
-    ) -> Result<(Self, Vec<String>), Error> {
+    ) -> Result<(Self, Vec<Warning>), Error> {
         let target = url::parse_target(url)?;
         if options.password.is_some() && target.user.is_none() {
             return Err(InputError::InvalidUrl {
@@ -119,7 +119,7 @@ impl Ends for Inner {
         target: &url::EtcdTarget,
         options: &ClientOptions,
         background: &Background,
-    ) -> Result<(Arc<Self>, Vec<String>), Error> {
+    ) -> Result<(Arc<Self>, Vec<Warning>), Error> {
         let (session, warnings) = Session::connect(target, options).await?;
         let inner = Arc::new(Inner {
             session,

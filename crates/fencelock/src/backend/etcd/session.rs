@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::session_holds::SessionHolds;
-use crate::error::Error;
+use crate::error::{Error, Warning};
 use crate::lease::LeaseState;
 use crate::options::ClientOptions;
 
@@ -127,7 +127,7 @@ impl Session {
     pub(crate) async fn connect(
         target: &EtcdTarget,
         options: &ClientOptions,
-    ) -> Result<(Arc<Self>, Vec<String>), Error> {
+    ) -> Result<(Arc<Self>, Vec<Warning>), Error> {
         let server = target.hosts.clone();
         let unavailable = |detail: String| Error::Unavailable {
             lock: None,
@@ -165,13 +165,13 @@ impl Session {
         let ttl = Duration::from_secs(granted.ttl() as u64);
         let mut warnings = Vec::new();
         if ttl != options.default_lease {
-            let w = format!(
-                "etcd granted a lease TTL of {ttl:?} (asked for {asked} s from \
-                 ClientOptions::default_lease {:?}; etcd counts TTLs in whole seconds and has a \
-                 minimum); locks count as lost that long after the last answered keep-alive",
-                options.default_lease
-            );
-            tracing::warn!("{w}");
+            // etcd counts TTLs in whole seconds (asked: `asked` s) and has a minimum.
+            let w = Warning::LeaseAdjusted {
+                service: "etcd",
+                asked: options.default_lease,
+                granted: ttl,
+            };
+            tracing::warn!(asked_s = asked, "{w}");
             warnings.push(w);
         }
         tracing::debug!(lease = %format!("{:x}", granted.id()), ?ttl, "etcd lease granted");

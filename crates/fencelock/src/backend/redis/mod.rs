@@ -23,7 +23,7 @@ use self::waiters::WaitRegistry;
 use super::{Acquired, Connected, Connecting, Ctx, LockRequest, LockService, Released, Wait};
 use crate::backend::RawStatus;
 use crate::background::Background;
-use crate::error::{Error, InputError};
+use crate::error::{Error, InputError, Warning};
 use crate::lease::{LeaseState, Renewal};
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
@@ -36,6 +36,7 @@ mod conn;
 mod distinct;
 mod engine;
 pub(crate) mod keys;
+mod outcome;
 mod places;
 mod redlock;
 mod released;
@@ -64,7 +65,7 @@ impl RedisFamily {
         background: &Background,
         watchdog: Weak<Watchdog>,
         client_id: &str,
-    ) -> Result<(Self, Vec<String>), Error> {
+    ) -> Result<(Self, Vec<Warning>), Error> {
         let waiters = Arc::new(WaitRegistry::new(watchdog, client_id));
         let sink: Weak<dyn ReleaseSink> = Arc::downgrade(&waiters) as Weak<dyn ReleaseSink>;
         let (engine, warnings) = if let [url] = urls {

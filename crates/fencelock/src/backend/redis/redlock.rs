@@ -17,6 +17,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::outcome::{Outcomes, ServerOutcome};
 use super::serials::Serials;
 use super::server::RedisBackend;
 use super::terms::{AcquireReply, Attempt, Queueing, ReleaseSink, RenewItem};
@@ -24,7 +25,7 @@ use crate::backend::redis::keys::LockKeys;
 use crate::backend::RawStatus;
 use crate::backend::Released;
 use crate::background::Background;
-use crate::error::{Error, ServerOutcome};
+use crate::error::{Error, Warning};
 use crate::lease::Renewal;
 use crate::options::ClientOptions;
 
@@ -195,7 +196,7 @@ impl RedLock {
         options: &ClientOptions,
         sink: Weak<dyn ReleaseSink>,
         background: Background,
-    ) -> Result<(Self, Vec<String>), Error> {
+    ) -> Result<(Self, Vec<Warning>), Error> {
         // Every URL is read before any server is reached (a malformed one is an input error,
         // not something found after waiting for the others to connect), and no two may reach
         // the same server.
@@ -223,10 +224,10 @@ impl RedLock {
                 Err(e @ Error::InvalidInput(_)) => return Err(e),
                 Err(e) => {
                     let server = RedisBackend::lazy(url, options, weak.clone())?;
-                    warnings.push(format!(
-                        "RedLock server {} is unavailable ({e}); it will be retried on every request",
-                        server.server()
-                    ));
+                    warnings.push(Warning::ServerUnavailable {
+                        server: server.server().to_owned(),
+                        error: e.to_string(),
+                    });
                     outcomes.push(ServerOutcome::Failed {
                         server: server.server().to_owned(),
                         error: e.to_string(),
@@ -241,7 +242,7 @@ impl RedLock {
                 lock: None,
                 operation: "connect",
                 needed: quorum,
-                outcomes,
+                source: Box::new(Outcomes(outcomes)),
             });
         }
         for w in &warnings {
@@ -276,7 +277,7 @@ impl RedLock {
             lock: keys.map(|k| k.name.clone()),
             operation: what,
             needed: self.quorum,
-            outcomes,
+            source: Box::new(Outcomes(outcomes)),
         }
     }
 

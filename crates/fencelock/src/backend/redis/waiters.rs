@@ -25,7 +25,7 @@ use super::keys::{client_channel, LockKeys};
 use super::terms::ReleaseSink;
 use crate::background::Background;
 use crate::error::Error;
-use crate::lease::Lost;
+use crate::lease::LostReason;
 use crate::watchdog::Watchdog;
 
 /// How long a release channel stays subscribed after its last local waiter left: a lock that
@@ -98,7 +98,7 @@ impl WaitRegistry {
         for lease in watchdog.leases() {
             let hold = &lease.hold;
             if holds.contains(&hold.id) && LockKeys::of(&hold.lock).lock == key {
-                lease.fire_lost(Lost::Deleted);
+                lease.fire_lost(LostReason::Deleted);
             }
         }
     }

@@ -31,7 +31,7 @@ use super::{
     Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
 };
 use crate::background::Background;
-use crate::error::{Error, InputError};
+use crate::error::{Error, InputError, Warning};
 use crate::lease::{Hold, LeaseState};
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
@@ -73,7 +73,7 @@ impl ZooKeeper {
         url: &str,
         options: &ClientOptions,
         background: &Background,
-    ) -> Result<(Self, Vec<String>), Error> {
+    ) -> Result<(Self, Vec<Warning>), Error> {
         let target = url::parse_target(url)?;
         let (current, warnings) = Current::open(target, options, background).await?;
         Ok((Self { current }, warnings))
@@ -109,7 +109,7 @@ impl Ends for Inner {
         target: &url::ZkTarget,
         options: &ClientOptions,
         background: &Background,
-    ) -> Result<(Arc<Self>, Vec<String>), Error> {
+    ) -> Result<(Arc<Self>, Vec<Warning>), Error> {
         let (session, warnings) = Session::connect(&target.hosts, options).await?;
         // Made before the first request, so that an open given up there (a failed mkdir, a
         // dropped future) stops the session with it.

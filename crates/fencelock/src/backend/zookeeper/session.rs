@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use crate::backend::session_holds::SessionHolds;
-use crate::error::Error;
+use crate::error::{Error, Warning};
 use crate::lease::LeaseState;
 use crate::options::ClientOptions;
 
@@ -49,7 +49,7 @@ impl Session {
     pub(crate) async fn connect(
         hosts: &str,
         options: &ClientOptions,
-    ) -> Result<(Arc<Self>, Vec<String>), Error> {
+    ) -> Result<(Arc<Self>, Vec<Warning>), Error> {
         let asked = options.default_lease;
         let connector = zk::Client::connector()
             .with_session_timeout(asked)
@@ -70,11 +70,11 @@ impl Session {
         let mut warnings = Vec::new();
         tracing::debug!(session = %zk.session_id(), ?asked, negotiated = ?timeout, "ZooKeeper session");
         if timeout != asked {
-            let w = format!(
-                "ZooKeeper negotiated a session timeout of {timeout:?} (asked for {asked:?}, \
-                 ClientOptions::default_lease); locks count as lost that long after the server \
-                 was last heard from"
-            );
+            let w = Warning::LeaseAdjusted {
+                service: "ZooKeeper",
+                asked,
+                granted: timeout,
+            };
             tracing::warn!("{w}");
             warnings.push(w);
         }

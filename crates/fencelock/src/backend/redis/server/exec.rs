@@ -360,9 +360,10 @@ impl RedisBackend {
             }
         }
         Error::Server {
+            service: "Redis",
             lock,
             server: self.server.clone(),
-            source: e,
+            source: Box::new(e),
         }
     }
 }

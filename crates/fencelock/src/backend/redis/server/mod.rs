@@ -11,7 +11,7 @@ use redis::{RedisError, Value};
 use super::terms::{AcquireReply, Attempt, ReleaseSink, ReplicaAcks};
 use crate::backend::redis::keys::{LockKeys, CLIENT_CHANNELS};
 use crate::backend::{RawStatus, Released};
-use crate::error::Error;
+use crate::error::{Error, Warning};
 use crate::lease::{LeaseState, Renewal};
 use crate::options::ClientOptions;
 
@@ -69,7 +69,7 @@ impl RedisBackend {
         url: &str,
         options: &ClientOptions,
         sink: Weak<dyn ReleaseSink>,
-    ) -> Result<(Self, Vec<String>), Error> {
+    ) -> Result<(Self, Vec<Warning>), Error> {
         let target = url::parse_target(url)?;
         let bound = options.request_bound();
         let display = redact_url(url);
@@ -173,7 +173,7 @@ impl RedisBackend {
 
     /// Any `maxmemory-policy` but `noeviction` may evict lock keys (volatile-* too: lock keys
     /// have TTLs). Servers with `CONFIG` disabled or renamed are skipped quietly.
-    async fn check_eviction_policy(&self) -> Result<Vec<String>, Error> {
+    async fn check_eviction_policy(&self) -> Result<Vec<Warning>, Error> {
         let mut config = redis::cmd("CONFIG");
         config.arg("GET").arg("maxmemory-policy");
         // A map on RESP3 (a flat list on RESP2).
@@ -185,11 +185,10 @@ impl RedisBackend {
         match pair.get("maxmemory-policy").map(String::as_str) {
             Some("noeviction") | None => Ok(Vec::new()),
             Some(policy) => {
-                let warning = format!(
-                    "server {} has maxmemory-policy {policy}, which can evict lock keys and \
-                     hand a lock to two owners; use noeviction",
-                    self.server
-                );
+                let warning = Warning::EvictionPolicy {
+                    server: self.server.clone(),
+                    policy: policy.to_owned(),
+                };
                 tracing::warn!(server = %self.server, policy, "{warning}");
                 Ok(vec![warning])
             }
