@@ -28,11 +28,6 @@ fn holds(server: &RedisServer, name: &str) -> Vec<String> {
     }
 }
 
-fn queue_len(server: &RedisServer, name: &str) -> i64 {
-    let key = format!("fencelock:{{{name}}}:queue");
-    server.command(&["LLEN", &key]).unwrap().int().unwrap()
-}
-
 /// Waits until the client's background work (releases of dropped guards, undos) is done.
 async fn settle(client: &Client) {
     within(5.0, "background work", client.clone().close())

@@ -22,11 +22,6 @@ fn length(server: &RedisServer, command: &str, key: &str) -> i64 {
         .unwrap_or(-1)
 }
 
-/// Owners in the wait queue of `name`.
-fn queue_len(server: &RedisServer, name: &str) -> i64 {
-    length(server, "LLEN", &format!("fencelock:{{{name}}}:queue"))
-}
-
 /// Places recorded for `name`.
 fn places(server: &RedisServer, name: &str) -> i64 {
     length(server, "HLEN", &format!("fencelock:{{{name}}}:waiting"))

@@ -93,14 +93,6 @@ async fn cut_off<T>(server: &RedisServer, request: impl Future<Output = T>) -> T
     reply
 }
 
-fn queue_len(server: &RedisServer, name: &str) -> i64 {
-    server
-        .command(&["LLEN", &format!("fencelock:{{{name}}}:queue")])
-        .ok()
-        .and_then(|r| r.int())
-        .unwrap_or(0)
-}
-
 /// A client that sat idle until the server closed its connections acquires, reads the status
 /// and releases as if nothing happened (before: `Unavailable … broken pipe`).
 #[tokio::test]

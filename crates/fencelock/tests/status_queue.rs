@@ -11,15 +11,6 @@ use common::*;
 use fencelock::{LockOptions, Released, Waiter};
 use fencelock_testkit::RedisServer;
 
-/// Owners in the wait queue of `name`.
-fn queue_len(server: &RedisServer, name: &str) -> i64 {
-    server
-        .command(&["LLEN", &format!("fencelock:{{{name}}}:queue")])
-        .ok()
-        .and_then(|r| r.int())
-        .unwrap_or(-1)
-}
-
 /// The server's clock in microseconds, as the scripts read it.
 fn server_micros(server: &RedisServer) -> u64 {
     match server.command(&["TIME"]).unwrap() {

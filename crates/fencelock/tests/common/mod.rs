@@ -176,3 +176,14 @@ pub fn granted_to(server: &RedisServer, name: &str, owner: &str) -> bool {
     let key = format!("fencelock:{{{name}}}");
     server.command(&["HEXISTS", &key, owner]).unwrap().int() == Some(1)
 }
+
+/// The length of lock `name`'s wait queue on `server` (its list of waiting owners), -1 when it
+/// cannot be read (the server is down).
+pub fn queue_len(server: &RedisServer, name: &str) -> i64 {
+    let key = format!("fencelock:{{{name}}}:queue");
+    server
+        .command(&["LLEN", &key])
+        .ok()
+        .and_then(|r| r.int())
+        .unwrap_or(-1)
+}
