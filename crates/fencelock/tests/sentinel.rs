@@ -221,7 +221,15 @@ async fn renewals_find_the_new_master_after_the_old_one_dies() {
 /// or a closed connection would lock on the old master all that time, while clients that
 /// switched lock on the new one (two holders; `fencelock verify --backend sentinel --faults
 /// sentinel-failover` saw it). The client hears the sentinels' `+switch-master` and moves at
-/// once: a lock taken within seconds of the promotion is on the new master.
+/// once: a lock taken within seconds of the promotion is on the new master, and not on the
+/// old one.
+///
+/// What the old master still holds until its conversion is not checked, only that it does
+/// not hold the lock just taken: a hold it granted before the client heard the
+/// announcement, and released after the switch (on the new master, where every client that
+/// heard the sentinels looks), stays there until the conversion throws it away, as SAFETY.md
+/// says. (Checking the key alone failed about 1 run in 10 on a loaded machine: the
+/// announcement came between an acquire and its release.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_failover_moves_the_client_at_once() {
     let set = SentinelSet::start().unwrap();
@@ -231,21 +239,23 @@ async fn a_manual_failover_moves_the_client_at_once() {
     lock.acquire().await.unwrap().release().await.unwrap();
     let (set, promoted) = failover(set).await;
     assert_ne!(promoted, old);
-    // On a master: the old one becomes a replica of the new one when a sentinel converts
-    // it, and then holds the new master's keys by replication, which is no second lock.
-    let on = |port: u16| {
+    // The hold `token` of this lock, on a server that is a master. The old one becomes a
+    // replica of the new one when a sentinel converts it, and then holds the new master's
+    // keys by replication, which is no second lock.
+    let holds = |port: u16, token: u64| {
         let server = set.servers.iter().find(|s| s.port() == port).unwrap();
         let master = || server.info_field("role").as_deref() == Some("master");
-        let exists = || {
-            let reply = server.command(&["EXISTS", "fencelock:{moved}"]).unwrap();
-            reply.int() == Some(1)
+        let held = || {
+            let reply = server.command(&["HGET", "fencelock:{moved}", "=token"]);
+            reply.unwrap().text() == Some(token.to_string())
         };
-        master() && exists() && master()
+        master() && held() && master()
     };
     within(4.0, "a lock on the new master", async {
         loop {
             let guard = lock.acquire().await.unwrap();
-            let (on_new, on_old) = (on(promoted), on(old));
+            let token = guard.fencing_token();
+            let (on_new, on_old) = (holds(promoted, token), holds(old, token));
             guard.release().await.unwrap();
             if on_new {
                 assert!(!on_old, "the lock was on both masters");
