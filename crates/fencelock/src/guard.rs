@@ -118,8 +118,8 @@ impl Guard {
     /// Extends the lease to at least `lease` from now (it never shortens it). Fails with
     /// [`crate::Error::LockLost`] if the lock is no longer held. `lease` is checked as a
     /// lock's lease is (bounds, whole milliseconds, longer than the clock-drift margin),
-    /// before any I/O. On ZooKeeper a lock lasts as long as the client's session, and this
-    /// fails with [`crate::Error::Unsupported`].
+    /// before any I/O. On ZooKeeper and etcd a lock lasts as long as the client's session
+    /// (or lease), and this fails with [`crate::Error::Unsupported`].
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         validate_lease(lease)?;
         self.client.ctx.options.validate_drift(lease)?;

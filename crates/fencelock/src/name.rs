@@ -50,7 +50,9 @@ impl LockName {
 /// Checks the rules every lock service shares: a lock name is non-empty UTF-8 of at most
 /// [`MAX_NAME_LEN`] bytes. Each service adds its own rules, checked by the lock's first
 /// operation before any I/O: on Redis no `{` or `}` ([`InputError::NameHasBrace`]); on
-/// ZooKeeper one valid node name ([`InputError::InvalidName`]).
+/// ZooKeeper one valid node name: no `/`, not `.` or `..`, none of the characters ZooKeeper
+/// refuses ([`InputError::InvalidName`]); on etcd one key segment below the prefix: no `/`,
+/// no control characters ([`InputError::InvalidName`]).
 pub fn validate_name(name: &str) -> Result<(), InputError> {
     if name.is_empty() {
         return Err(InputError::EmptyName);

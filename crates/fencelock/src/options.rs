@@ -32,8 +32,10 @@ impl LockOptions {
     /// A fixed lease: the lock is held for at most this long unless [`crate::Guard::extend`] is
     /// called, and the watchdog does not renew it. Without this option the client's default
     /// lease applies and the watchdog renews it every lease/3 until release. Re-entering a
-    /// lock never shortens the lease it already has. ZooKeeper has no per-lock lease (the
-    /// client's session is the lease): there this option is an input error.
+    /// lock never shortens the lease it already has. ZooKeeper and etcd have no per-lock lease
+    /// (the client's session, or lease, is every lock's): there this option is an input error
+    /// ([`crate::InputError::InvalidOption`]); set the session's length with
+    /// [`ClientOptions::default_lease`] instead.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
