@@ -64,7 +64,7 @@ pub fn validate_owner(owner: &str) -> Result<(), InputError> {
 /// The keys and channel of the lock `name`, if the name is accepted.
 pub fn lock_keys(name: &str) -> Result<[String; 5], InputError> {
     let lock = name::LockName::new(name)?;
-    name::check_redis_name(name)?;
+    keys::check_name(name)?;
     let k = keys::LockKeys::of(&lock);
     Ok([
         k.lock.clone(),

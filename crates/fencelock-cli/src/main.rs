@@ -1,5 +1,35 @@
 //! `fencelock`: run a program while holding a distributed lock, inspect locks, clear stale ones,
-//! and a demo that shows why it is safe.
+//! and a demo that shows why it is safe. It uses only the library's public API, plus the test
+//! kit for the throwaway servers of `demo` and `verify`.
+//!
+//! - `run.rs`: `fencelock run` (flags checked before anything is contacted); PROGRAM runs under
+//!   the hidden `supervise` subcommand (`supervise.rs`): fencelock re-executed as the leader of
+//!   PROGRAM's process group, which kills the group when the runner's pipe reads end-of-file,
+//!   and hands the terminal to PROGRAM.
+//! - `status.rs`: `status` (holder, lease, tokens and the wait queue; 0 held, 1 free) and
+//!   `unlock --force`, printed by `show.rs` in each service's words, as text and JSON.
+//! - `args.rs`: `--url`/`FENCELOCK_URL`, `--password`, NAME or `--key`. `owner.rs`: the owner id
+//!   `run` makes, `<client id>:<host>/<pid>/<program>/<since>`, read back by `status` (the
+//!   client id first, so that a Redis forced unlock reaches the holder's client).
+//! - `explain.rs`: library errors and warnings in the CLI's words, with their exit codes
+//!   (`exit.rs`). `services.rs`: service names, which service a URL names, `--url`'s help and
+//!   hints, from the library's registry (`fencelock::services()`).
+//! - `demo/` and the hidden `demo-worker`: `service.rs` the backends and their throwaway
+//!   servers, each described as a `LockService` (URL, name, lease or session, timeouts);
+//!   `stage.rs` the holder processes, started, frozen and killed by PID; `scenes.rs` the scenes
+//!   and summary; `worker.rs` the worker and its fenced record script `record.lua` (the record
+//!   lives on a throwaway Redis with every backend). A backend is one more `Backend` variant
+//!   and one function that starts its server.
+//! - `verify/` and the hidden `verify-client`: `args.rs` flags, backends and faults;
+//!   `servers.rs` throwaway deployments or `--url`, plus the register's Redis; `clients/` the
+//!   client loop and the `Fleet` that starts, pauses, kills and respawns clients by PID;
+//!   `faults.rs` planning (skipped with a reason), the seeded schedule and each fault with its
+//!   evidence; `net.rs` partitions and delay around a server in a namespace; `events.rs`
+//!   JSON-lines events on `CLOCK_MONOTONIC`; `check.rs` the pure checker (`check/tests.rs`);
+//!   `run.rs` one run; `report/` JSON and the self-contained HTML (`svg.rs` the timeline,
+//!   `guide.rs` the parts that explain it); `progress.rs` the live line.
+//! - `ui.rs`, `procs.rs`: the progress line and the started-process set (`demo`, `verify`);
+//!   `duration.rs`: duration flags, at most 7 days (also compiled into `fuzz/`).
 
 /// `println!` that does not panic when stdout is a closed pipe (`fencelock status x | true`):
 /// the line is dropped, as other Unix tools stop writing.
@@ -104,7 +134,8 @@ fn main() -> ExitCode {
         }
     };
     let cli = match cli.command {
-        // Without a runtime: it blocks signals before any thread starts.
+        // Without the multi-threaded runtime: the supervisor catches the group's signals with
+        // a runtime of its own (see `supervise.rs`) and forks PROGRAM from its main thread.
         Command::Supervise(args) => return ExitCode::from(supervise::supervise(args)),
         command => Cli { command },
     };

@@ -1,19 +1,27 @@
 //! `fencelock run`: hold a lock while a program runs.
+//!
+//! PROGRAM runs in a process group of its own under a supervisor (`supervise.rs`), and the
+//! lock is released only once that whole group is gone: when PROGRAM ends, what it left in
+//! its group is killed; when the lock is lost, the group gets SIGTERM (and SIGCONT, should
+//! it be stopped), then SIGKILL after `--kill-grace`, and the exit status is 79, also when
+//! the loss is found only at the release, or when a job stopped past its lease (Ctrl-Z) is
+//! continued. SIGINT, SIGTERM and SIGHUP are passed on to the group (followed by SIGCONT).
 
 use std::time::Duration;
 
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+
 use clap::Args;
 use fencelock::{Error, Guard, Released};
-use std::io::IsTerminal;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::sys::signal::{killpg, Signal};
-use nix::unistd::{getpgrp, pipe2, tcgetpgrp, Pid};
+use nix::unistd::{getpgrp, pipe2, Pid};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::exit;
+use crate::{exit, supervise};
 use crate::{init_logging, parse_duration, Connection};
 
 /// Arguments of `fencelock run`, as clap reads them ([`RunArgs::resolve`] checks the rest).
@@ -66,7 +74,8 @@ pub struct RunArgs {
     name: Option<String>,
     /// The program and its arguments. It gets FENCELOCK_KEY (NAME) and FENCELOCK_TOKEN (the
     /// fencing token) in its environment, and runs in its own process group, which it does
-    /// not outlive: if fencelock dies, PROGRAM is killed. Every word before PROGRAM that
+    /// not outlive: if fencelock dies, PROGRAM is killed; when PROGRAM ends, what it left
+    /// running in its group is killed before the lock is released. Every word before PROGRAM that
     /// starts with `-` must be an option (put `--` before a PROGRAM that starts with `-`).
     #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
     program: Vec<String>,
@@ -343,20 +352,35 @@ async fn hold_and_run(client: &fencelock::Client, args: &Job, signals: &mut Sign
             return exit::CANNOT_EXECUTE;
         }
     };
-    let status = loop {
+    // Biased: when PROGRAM's end and the loss are both ready, `finish` decides from the
+    // guard's state; a SIGCONT never goes before a loss that is ready.
+    let code = loop {
         tokio::select! {
-            status = program.child.wait() => break status,
+            biased;
+            status = program.child.wait() => break program.ended(status),
             _ = guard.lost() => return stop_after_loss(args, guard, &mut program).await,
-            sig = signals.next_or_cont() => program.forward(sig),
+            sig = signals.next_or_cont() => {
+                // `fg` after a stop past the lease: PROGRAM must not go on without the lock.
+                if sig == Signal::SIGCONT && !guard.is_held() {
+                    return stop_after_loss(args, guard, &mut program).await;
+                }
+                program.forward(sig);
+            }
         }
     };
-    let code = program.ended(status);
+    finish(args, guard, code).await
+}
+
+/// PROGRAM ended with `code` (and its group is gone): releases the lock; returns `code`, or
+/// 79 if the lock was lost before PROGRAM ended.
+async fn finish(args: &Job, guard: Guard, code: u8) -> u8 {
     // Lost before PROGRAM ended (the lost signal may have fired as PROGRAM exited).
     let lost = guard.lost_reason().is_some() || !guard.is_held();
     match guard.release().await {
         Ok(Released::NotHeld) => {}
         Ok(_) if !lost => return code,
         Ok(_) => {}
+        Err(e) if lost => eprintln!("fencelock: warning: release failed ({e})"),
         Err(e) => {
             eprintln!("fencelock: warning: release failed ({e}); the lease will expire");
             return code;
@@ -379,23 +403,32 @@ struct Program {
     /// The pipe's write end, which only this process holds: when this process ends, by any
     /// cause, the supervisor reads end-of-file and kills the group.
     _runner_end: OwnedFd,
-    /// Whether the supervisor took the terminal's foreground, to be taken back.
-    terminal: bool,
+    /// The read end (non-blocking) of the pipe on which the supervisor reports PROGRAM's
+    /// status before it kills its group.
+    status: File,
+    /// The controlling terminal, if this process was in its foreground group at the start
+    /// (the supervisor then took the foreground for PROGRAM's group).
+    tty: Option<File>,
 }
 
 impl Program {
     fn spawn(args: &Job, token: u64) -> std::io::Result<Program> {
         let (watch, runner_end) = pipe2(OFlag::O_CLOEXEC)?;
-        // The read end alone is inherited (by the supervisor, which closes it at once).
+        let (status, supervisor_end) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        // The supervisor's ends alone are inherited (it opens them again and closes these).
         fcntl(&watch, FcntlArg::F_SETFD(FdFlag::empty()))?;
-        let terminal = in_foreground();
+        fcntl(&supervisor_end, FcntlArg::F_SETFD(FdFlag::empty()))?;
+        let tty = supervise::controlling_terminal()
+            .filter(|tty| supervise::in_foreground(tty, getpgrp()));
         // `/proc/self/exe`: this very binary, even if its file was replaced meanwhile.
         let mut command = Command::new("/proc/self/exe");
         command
             .arg("supervise")
             .arg("--watch-fd")
-            .arg(watch.as_raw_fd().to_string());
-        if terminal {
+            .arg(watch.as_raw_fd().to_string())
+            .arg("--status-fd")
+            .arg(supervisor_end.as_raw_fd().to_string());
+        if tty.is_some() {
             command.arg("--foreground");
         }
         command.arg("--").args(&args.program);
@@ -405,21 +438,27 @@ impl Program {
             // Its own group, so that a signal reaches PROGRAM and everything it started.
             .process_group(0)
             .spawn()?;
-        drop(watch);
+        drop((watch, supervisor_end));
         let group = Pid::from_raw(child.id().map_or(0, |id| id as i32));
         Ok(Program {
             child,
             group,
             _runner_end: runner_end,
-            terminal,
+            status: File::from(status),
+            tty,
         })
     }
 
-    /// The supervisor ended: takes the terminal back, and if the supervisor was killed (so
-    /// PROGRAM may still run), kills PROGRAM's group. Returns the exit status.
+    /// The supervisor ended: takes the terminal back and returns the exit status PROGRAM's
+    /// supervisor reported (having killed PROGRAM's group). If it reported none because it
+    /// was killed (so PROGRAM may still run), kills PROGRAM's group.
     fn ended(&mut self, status: std::io::Result<std::process::ExitStatus>) -> u8 {
         use std::os::unix::process::ExitStatusExt;
         self.take_terminal();
+        let mut reported = [0u8; 1];
+        if let Ok(1) = (&self.status).read(&mut reported) {
+            return reported[0];
+        }
         match status {
             Ok(status) if status.signal().is_some() => {
                 let _ = killpg(self.group, Signal::SIGKILL);
@@ -429,6 +468,7 @@ impl Program {
                 );
                 exit::program_status(status)
             }
+            // It could not set itself up, said why, and started nothing.
             Ok(status) => exit::program_status(status),
             Err(e) => {
                 let _ = killpg(self.group, Signal::SIGKILL);
@@ -438,33 +478,41 @@ impl Program {
         }
     }
 
-    /// Passes a signal this process got on to PROGRAM's group. SIGCONT (the shell's `fg`
-    /// after Ctrl-Z stopped the job) also hands the terminal back to PROGRAM's group.
+    /// Passes a signal this process got on to PROGRAM's group, followed by SIGCONT (as shells
+    /// do for `kill %1`: a stopped PROGRAM acts on it too). SIGCONT itself is the shell's
+    /// `fg` or `bg` after Ctrl-Z stopped the job: on `fg` (this process's group has the
+    /// terminal) the terminal goes to PROGRAM's group first; on `bg` it stays the shell's.
     fn forward(&self, sig: Signal) {
         tracing::debug!(%sig, "forwarding to PROGRAM's process group");
-        if sig == Signal::SIGCONT && self.terminal {
-            crate::supervise::give_foreground(self.group);
+        let tty = self.tty.as_ref();
+        if let Some(tty) = tty.filter(|tty| sig == Signal::SIGCONT && in_foreground(tty)) {
+            supervise::give_foreground(tty, self.group);
         }
         let _ = killpg(self.group, sig);
-    }
-
-    /// Makes this process's group the terminal's foreground group again.
-    fn take_terminal(&mut self) {
-        if !std::mem::take(&mut self.terminal) {
-            return;
+        if sig != Signal::SIGCONT {
+            let _ = killpg(self.group, Signal::SIGCONT);
         }
-        crate::supervise::take_foreground();
+    }
+
+    /// Makes this process's group the terminal's foreground group again, if PROGRAM's group
+    /// has it (not after a `bg`: the shell has it then).
+    fn take_terminal(&mut self) {
+        if let Some(tty) = self.tty.take() {
+            if supervise::in_foreground(&tty, self.group) {
+                supervise::give_foreground(&tty, getpgrp());
+            }
+        }
     }
 }
 
-/// Whether stdin is a terminal whose foreground group is this process's: PROGRAM then gets
-/// the terminal (a `fencelock run … &` in the background leaves it alone).
-fn in_foreground() -> bool {
-    let stdin = std::io::stdin();
-    stdin.is_terminal() && tcgetpgrp(stdin.as_fd()).is_ok_and(|pgrp| pgrp == getpgrp())
+/// Whether this process's group is the foreground group of `tty`.
+fn in_foreground(tty: &File) -> bool {
+    supervise::in_foreground(tty, getpgrp())
 }
 
-/// The lost-lock signal fired: stop PROGRAM's whole group, politely first.
+/// The lost-lock signal fired (or the loss was found when the job was continued): stop
+/// PROGRAM's whole group, politely first. SIGCONT after SIGTERM: a stopped PROGRAM acts on
+/// the SIGTERM before anything else.
 async fn stop_after_loss(args: &Job, guard: Guard, program: &mut Program) -> u8 {
     eprintln!(
         "fencelock: lock {:?} lost ({}); stopping PROGRAM (SIGTERM, then SIGKILL after {})",
@@ -476,14 +524,19 @@ async fn stop_after_loss(args: &Job, guard: Guard, program: &mut Program) -> u8 
         humantime::format_duration(args.kill_grace)
     );
     let _ = killpg(program.group, Signal::SIGTERM);
-    if tokio::time::timeout(args.kill_grace, program.child.wait())
-        .await
-        .is_err()
-    {
-        let _ = killpg(program.group, Signal::SIGKILL);
-        let _ = program.child.wait().await;
+    let _ = killpg(program.group, Signal::SIGCONT);
+    match tokio::time::timeout(args.kill_grace, program.child.wait()).await {
+        // The supervisor killed the group when PROGRAM ended (or was killed itself: then
+        // `ended` kills the group).
+        Ok(status) => {
+            program.ended(status);
+        }
+        Err(_) => {
+            let _ = killpg(program.group, Signal::SIGKILL);
+            let _ = program.child.wait().await;
+            program.take_terminal();
+        }
     }
-    program.take_terminal();
     // Harmless if the lock is gone; gives it back if the server was only slow.
     let _ = guard.release().await;
     exit::LOCK_LOST

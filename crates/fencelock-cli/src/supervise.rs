@@ -19,42 +19,56 @@
 //!   that died before the supervisor was set up: the read returns end-of-file at once. A
 //!   parent-death signal was not chosen: it fires when the *thread* that forked exits, not
 //!   the process, and the runner is multi-threaded.
-//! - **The supervisor dies** (SIGKILL to it alone, the OOM killer): the runner is alive, sees
-//!   its child ended by a signal, and sends SIGKILL to the group (its id is the supervisor's
-//!   id, which the kernel does not hand out again while PROGRAM is left in the group).
+//! - **PROGRAM ends**: the supervisor writes PROGRAM's status to a second pipe (`--status-fd`,
+//!   whose read end only the runner holds) and then sends SIGKILL to its own process group:
+//!   whatever PROGRAM left running in its group (`sleep 30 &`, a child that ignores SIGTERM)
+//!   dies before the runner releases the lock. (flock(1) keeps the lock while such processes
+//!   hold its inherited descriptor; `fencelock run` cannot, so it ends them.)
+//! - **The supervisor dies** (SIGKILL to it alone, the OOM killer) before it reported: the
+//!   runner is alive, sees its child ended by a signal without a status in the pipe, and sends
+//!   SIGKILL to the group (its id is the supervisor's id, which the kernel does not hand out
+//!   again while PROGRAM is left in the group).
 //! - **Signals to the group** (the runner's forwarding of SIGINT/SIGTERM/SIGHUP, the terminal's
 //!   Ctrl-C): the supervisor catches them and does nothing, so that it lives to report
 //!   PROGRAM's status; PROGRAM starts with their default actions (an exec resets a caught
-//!   signal; a blocked or ignored one would be inherited) and acts on them. SIGKILL (the
-//!   runner's last resort) ends both. One signal that arrives before the supervisor catches
-//!   them ends it before PROGRAM starts; the runner then sees it killed, as below.
-//! - **A terminal**: when the runner is in the terminal's foreground group, the supervisor
-//!   makes its own group the foreground group before it starts PROGRAM (SIGTTOU is blocked,
-//!   so the kernel allows it), so that an interactive PROGRAM can read the terminal and
-//!   Ctrl-C reaches it; the runner takes the terminal back when the supervisor has ended.
+//!   signal; a blocked or ignored one would be inherited) and acts on them. The runner follows
+//!   a forwarded SIGTERM/SIGINT/SIGHUP with SIGCONT, as shells do for `kill %1`, so that a
+//!   stopped PROGRAM acts on it too. SIGKILL (the runner's last resort) ends both. One signal
+//!   that arrives before the supervisor catches them ends it before PROGRAM starts; the
+//!   runner then sees it killed, as below.
+//! - **A terminal** (the controlling terminal, `/dev/tty`, even when stdin is a pipe): when
+//!   the runner is in the terminal's foreground group, the supervisor makes its own group the
+//!   foreground group before it starts PROGRAM (SIGTTOU is blocked, so the kernel allows it),
+//!   so that an interactive PROGRAM can read the terminal and Ctrl-C reaches it; the runner
+//!   takes the terminal back when the supervisor has ended, if PROGRAM's group still has it.
 //!
 //! - **Ctrl-Z** stops PROGRAM (the supervisor catches SIGTSTP); the supervisor then gives the
-//!   terminal back to the runner's group and stops it (SIGSTOP), so that the shell sees its
-//!   job stopped; `fg` continues the runner, which hands the terminal to PROGRAM's group again
-//!   and continues it. The lease is not renewed while the runner is stopped: a job stopped
-//!   past its lease loses the lock, and PROGRAM is stopped (79) when it is continued.
+//!   terminal back to the runner's group (if PROGRAM's group had it) and stops it (SIGSTOP),
+//!   so that the shell sees its job stopped. `fg` continues the runner in the foreground; the
+//!   runner hands the terminal to PROGRAM's group again and continues it. `bg` continues the
+//!   runner in the background; the runner continues PROGRAM without the terminal (PROGRAM
+//!   reading it stops the job again, as any background job). The lease is not renewed while
+//!   the runner is stopped: a job stopped past its lease loses the lock, and when it is
+//!   continued the runner does not continue PROGRAM but stops it (SIGTERM, which a stopped
+//!   PROGRAM acts on before anything else when the SIGCONT that follows continues it; 79).
 //!
-//! The supervisor exits with PROGRAM's status, or 128+N when PROGRAM was killed by signal N,
+//! The supervisor reports PROGRAM's status, or 128+N when PROGRAM was killed by signal N,
 //! and 126/127 when PROGRAM could not be executed / was not found.
 //!
 //! Not covered: processes PROGRAM moves out of its group (`setsid`, daemons), as with
 //! `flock(1)`.
 
-use std::io::{IsTerminal, Read};
-use std::os::fd::AsFd;
+use std::fs::File;
+use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::process::Command;
 
 use clap::Args;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::sys::signal::{killpg, pthread_sigmask, SigSet, SigmaskHow, Signal};
+use nix::sys::stat::{fstat, SFlag};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{getpgid, getpgrp, getppid, tcsetpgrp, Pid};
+use nix::unistd::{getpgid, getpgrp, getppid, tcgetpgrp, tcsetpgrp, Pid};
 
 use crate::exit;
 
@@ -64,6 +78,9 @@ pub struct SuperviseArgs {
     /// The read end of the runner's pipe (end-of-file: the runner is gone).
     #[arg(long, value_name = "FD")]
     watch_fd: i32,
+    /// The write end of the pipe that takes PROGRAM's status to the runner.
+    #[arg(long, value_name = "FD")]
+    status_fd: i32,
     /// Make this process group the terminal's foreground group before PROGRAM starts.
     #[arg(long)]
     foreground: bool,
@@ -74,7 +91,7 @@ pub struct SuperviseArgs {
 
 /// The signals sent to the group that PROGRAM should act on and the supervisor must outlive,
 /// to report PROGRAM's status.
-const OUTLIVED: [i32; 8] = [
+const OUTLIVED: [i32; 10] = [
     nix::libc::SIGINT,
     nix::libc::SIGTERM,
     nix::libc::SIGHUP,
@@ -82,8 +99,11 @@ const OUTLIVED: [i32; 8] = [
     nix::libc::SIGUSR1,
     nix::libc::SIGUSR2,
     nix::libc::SIGALRM,
-    // Ctrl-Z stops PROGRAM; the supervisor stays to pass the stop on (see `wait_for`).
+    // Ctrl-Z, or PROGRAM using the terminal from the background (after `bg`), stops
+    // PROGRAM; the supervisor stays to pass the stop on (see `wait_for`).
     nix::libc::SIGTSTP,
+    nix::libc::SIGTTIN,
+    nix::libc::SIGTTOU,
 ];
 
 /// Catches [`OUTLIVED`] for the rest of this process's life (tokio never uninstalls a
@@ -101,67 +121,89 @@ fn outlive_group_signals() -> std::io::Result<()> {
     })
 }
 
-/// Makes this process's group the terminal's foreground group.
-pub fn take_foreground() {
-    give_foreground(getpgrp());
+/// The controlling terminal (`/dev/tty`, whatever stdin is), if this process has one.
+pub fn controlling_terminal() -> Option<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .ok()
 }
 
-/// Makes `group` the terminal's foreground group, with SIGTTOU blocked on this thread
-/// meanwhile (a background group may then change it).
-pub fn give_foreground(group: Pid) {
+/// Whether `group` is the foreground group of the terminal `tty`.
+pub fn in_foreground(tty: &File, group: Pid) -> bool {
+    tcgetpgrp(tty).is_ok_and(|pgrp| pgrp == group)
+}
+
+/// Makes `group` the foreground group of the terminal `tty`, with SIGTTOU blocked on this
+/// thread meanwhile (a background group may then change it).
+pub fn give_foreground(tty: &File, group: Pid) {
     let mut ttou = SigSet::empty();
     ttou.add(Signal::SIGTTOU);
     let mut old = SigSet::empty();
     if pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old)).is_ok() {
-        let _ = tcsetpgrp(std::io::stdin().as_fd(), group);
+        let _ = tcsetpgrp(tty, group);
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     }
 }
 
-/// Runs the supervisor; returns PROGRAM's exit status.
+/// Runs the supervisor: reports PROGRAM's exit status to the runner, then kills its own
+/// group (what PROGRAM left in it, and itself). Returns only when it cannot report.
 pub fn supervise(args: SuperviseArgs) -> u8 {
     if let Err(e) = outlive_group_signals() {
         eprintln!("fencelock: cannot handle signals: {e}");
         return exit::CANNOT_EXECUTE;
     }
-    let watch = match open_watch(args.watch_fd) {
-        Ok(file) => file,
+    let pipes = open_pipe(args.watch_fd, "--watch-fd", OFlag::O_RDONLY).and_then(|watch| {
+        open_pipe(args.status_fd, "--status-fd", OFlag::O_WRONLY).map(|status| (watch, status))
+    });
+    let (watch, mut status) = match pipes {
+        Ok(pipes) => pipes,
         Err(e) => {
-            eprintln!("fencelock: cannot watch the runner (is /proc mounted?): {e}");
+            eprintln!("fencelock: cannot watch the runner: {e}");
             return exit::CANNOT_EXECUTE;
         }
     };
-    if args.foreground && std::io::stdin().is_terminal() {
-        take_foreground();
+    let tty = controlling_terminal().filter(|_| args.foreground);
+    if let Some(tty) = &tty {
+        give_foreground(tty, getpgrp());
     }
-    let child = match Command::new(&args.program[0])
+    let code = match Command::new(&args.program[0])
         .args(&args.program[1..])
         .spawn()
     {
-        Ok(child) => child,
+        Ok(child) => {
+            std::thread::spawn(move || watch_runner(watch));
+            wait_for(&child, tty.as_ref())
+        }
         Err(e) => {
             eprintln!("fencelock: cannot run {:?}: {e}", args.program[0]);
-            return if e.kind() == std::io::ErrorKind::NotFound {
-                exit::NOT_FOUND
-            } else {
-                exit::CANNOT_EXECUTE
-            };
+            match e.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                _ => exit::CANNOT_EXECUTE,
+            }
         }
     };
-    std::thread::spawn(move || watch_runner(watch));
-    wait_for(&child, args.foreground)
+    // The runner may be gone (then the watch thread kills the group anyway).
+    let _ = status.write_all(&[code]);
+    let _ = killpg(getpgrp(), Signal::SIGKILL);
+    code
 }
 
 /// Waits for PROGRAM to end; returns its exit status. On a terminal, PROGRAM stopped by
 /// Ctrl-Z stops the runner's job too, so that the shell gets the terminal back (`fg`
 /// continues the runner, which continues PROGRAM's group).
-fn wait_for(child: &std::process::Child, terminal: bool) -> u8 {
+fn wait_for(child: &std::process::Child, tty: Option<&File>) -> u8 {
     let pid = Pid::from_raw(child.id() as i32);
     loop {
         match waitpid(pid, Some(WaitPidFlag::WUNTRACED)) {
             Ok(WaitStatus::Exited(_, code)) => return code as u8,
             Ok(WaitStatus::Signaled(_, sig, _)) => return 128u8.saturating_add(sig as u8),
-            Ok(WaitStatus::Stopped(_, _)) if terminal => stop_the_job(),
+            Ok(WaitStatus::Stopped(_, _)) => {
+                if let Some(tty) = tty {
+                    stop_the_job(tty);
+                }
+            }
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => {}
             Err(e) => {
@@ -172,27 +214,38 @@ fn wait_for(child: &std::process::Child, terminal: bool) -> u8 {
     }
 }
 
-/// PROGRAM was stopped from the terminal: the terminal goes back to the runner's group,
-/// which is stopped, as the terminal would have stopped it (the shell's job).
-fn stop_the_job() {
+/// PROGRAM was stopped (Ctrl-Z, or reading the terminal in the background): the terminal
+/// goes back to the runner's group if PROGRAM's group has it, and the runner's group is
+/// stopped, as the terminal would have stopped it (the shell's job).
+fn stop_the_job(tty: &File) {
     let Ok(runner_group) = getpgid(Some(getppid())) else {
         return;
     };
-    give_foreground(runner_group);
+    if in_foreground(tty, getpgrp()) {
+        give_foreground(tty, runner_group);
+    }
     // SIGSTOP: the kernel drops SIGTSTP sent to an orphaned group (a runner that leads its
     // session, as under `script` or `setsid`).
     let _ = killpg(runner_group, Signal::SIGSTOP);
 }
 
-/// Opens the pipe's read end again, close-on-exec (so that PROGRAM does not inherit it), and
-/// closes the inherited descriptor. Through `/proc/self/fd`, since taking ownership of a
-/// descriptor by number is `unsafe`. Non-blocking to open (a pipe without writers would
-/// block the open), blocking to read.
-fn open_watch(fd: i32) -> std::io::Result<std::fs::File> {
+/// Opens the runner's pipe end `fd` again, close-on-exec (so that PROGRAM does not inherit
+/// it), and closes the inherited descriptor. Through `/proc/self/fd`, since taking ownership
+/// of a descriptor by number is `unsafe`. Refuses anything but a pipe (a wrong number such as
+/// 0 would silently turn the watch off). Non-blocking to open (a pipe without writers would
+/// block the open), blocking to use.
+fn open_pipe(fd: i32, flag: &str, access: OFlag) -> std::io::Result<File> {
+    let bad = |what: String| std::io::Error::other(format!("{flag} {fd}: {what}"));
     let file = std::fs::OpenOptions::new()
-        .read(true)
+        .read(access == OFlag::O_RDONLY)
+        .write(access == OFlag::O_WRONLY)
         .custom_flags(OFlag::O_NONBLOCK.bits())
-        .open(format!("/proc/self/fd/{fd}"))?;
+        .open(format!("/proc/self/fd/{fd}"))
+        .map_err(|e| bad(format!("{e} (is /proc mounted?)")))?;
+    let mode = fstat(&file).map_err(|e| bad(e.to_string()))?.st_mode;
+    if SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) != SFlag::S_IFIFO {
+        return Err(bad("not a pipe".into()));
+    }
     let _ = nix::unistd::close(fd);
     fcntl(&file, FcntlArg::F_SETFL(OFlag::empty()))?;
     Ok(file)
@@ -200,7 +253,7 @@ fn open_watch(fd: i32) -> std::io::Result<std::fs::File> {
 
 /// Blocks until the runner is gone (end-of-file: the kernel closed its write end), then
 /// kills this process group: PROGRAM, what it started, and this process.
-fn watch_runner(mut watch: std::fs::File) {
+fn watch_runner(mut watch: File) {
     let mut buf = [0u8; 16];
     loop {
         match watch.read(&mut buf) {

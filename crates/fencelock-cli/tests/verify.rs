@@ -458,4 +458,6 @@ async fn a_run_without_a_fault_is_inconclusive() {
     assert!(text(&out).contains("INCONCLUSIVE"), "{}", text(&out));
     assert!(!text(&out).contains("passed"), "{}", text(&out));
     assert_eq!(report(dir.path())["inconclusive"], true);
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("Inconclusive"), "the report says so");
 }

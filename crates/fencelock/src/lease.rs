@@ -107,11 +107,6 @@ pub(crate) struct Hold {
 pub(crate) struct LeaseState {
     pub(crate) hold: Hold,
     pub(crate) times: Mutex<LeaseTimes>,
-    /// Orders the requests that touch this hold on the servers: a heal (RedLock re-taking a
-    /// server that lost the lock) checks, under it, that the hold is still live, and the
-    /// release waits for it, so that a heal never lands after the release.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) serial: tokio::sync::Mutex<()>,
     lost: CancellationToken,
     reason: OnceLock<LostReason>,
     finished: AtomicBool,
@@ -121,7 +116,6 @@ impl LeaseState {
     pub(crate) fn new(hold: Hold, deadline: Instant, renew_at: Instant) -> Self {
         Self {
             hold,
-            serial: tokio::sync::Mutex::new(()),
             times: Mutex::new(LeaseTimes {
                 deadline,
                 renew_at,

@@ -21,7 +21,6 @@ compile_error!(
 
 // Given-up attempts are the Redis family's (other services undo by their session).
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-mod abandoned;
 mod backend;
 mod background;
 mod client;

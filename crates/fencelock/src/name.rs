@@ -64,17 +64,6 @@ pub fn validate_name(name: &str) -> Result<(), InputError> {
     Ok(())
 }
 
-/// The Redis family's rule: no `{` or `}`, which would break the keys' hash tag.
-#[cfg(feature = "redis")]
-pub(crate) fn check_redis_name(name: &str) -> Result<(), InputError> {
-    if name.contains(['{', '}']) {
-        return Err(InputError::NameHasBrace {
-            name: name.to_owned(),
-        });
-    }
-    Ok(())
-}
-
 /// The longest owner id accepted, in bytes.
 pub const MAX_OWNER_LEN: usize = 128;
 
@@ -124,19 +113,6 @@ mod tests {
         ));
         assert!(validate_name(&"é".repeat(256)).is_ok());
         assert!(validate_name("a{b}").is_ok());
-    }
-
-    #[cfg(feature = "redis")]
-    #[test]
-    fn redis_names_have_no_braces() {
-        assert!(matches!(
-            check_redis_name("a{b"),
-            Err(InputError::NameHasBrace { .. })
-        ));
-        assert!(matches!(
-            check_redis_name("a}b"),
-            Err(InputError::NameHasBrace { .. })
-        ));
     }
 
     #[test]

@@ -9,7 +9,6 @@ use std::sync::{Arc, Weak};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::abandoned::Abandoned;
 use crate::backend::registry;
 use crate::backend::{Connecting, Ctx, LockService};
 use crate::background::Background;
@@ -69,7 +68,6 @@ impl Shared {
             ctx: Arc::new(Ctx {
                 watchdog: watchdog.clone(),
                 background,
-                abandoned: Arc::new(Abandoned::default()),
                 options,
             }),
             id,
@@ -96,7 +94,7 @@ impl Shared {
         let pending = ctx.background.settle(bound).await;
         // Holds and attempts given up whose give-back failed (and that no later attempt gave
         // back), and RedLock releases that failed on a server after the majority answered.
-        let failed = ctx.abandoned.len() + ctx.background.take_failures();
+        let failed = self.service.unconfirmed() + ctx.background.take_failures();
         if pending + failed > 0 {
             tracing::warn!(pending, failed, "background work unfinished at close");
             return Err(Error::Unfinished {

@@ -230,7 +230,7 @@ fn names_are_accepted_exactly_as_documented_and_keep_their_hash_tag() {
             let expected = !name.is_empty() && name.len() <= fencelock::MAX_NAME_LEN;
             let checked = fencelock::validate_name(&name);
             prop_assert_eq!(checked.is_ok(), expected, "{:?}: {:?}", name, checked);
-            let redis = name::check_redis_name(&name);
+            let redis = keys::check_name(&name);
             prop_assert_eq!(redis.is_ok(), !name.contains(['{', '}']), "{:?}", name);
             let (Ok(lock), Ok(())) = (name::LockName::new(&name), redis) else {
                 return Ok(());

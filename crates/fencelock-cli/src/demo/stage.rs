@@ -75,19 +75,20 @@ pub(super) struct Stage {
 }
 
 impl Stage {
-    /// Starts `fencelock run ... -- fencelock demo-worker ...` for `job`.
+    /// Starts `fencelock run ... LOCK -- fencelock demo-worker ...` for `job`.
     pub(super) fn start(&self, job: &Job<'_>) -> std::io::Result<Holder> {
         let mut command = Command::new(&self.exe);
         command
-            .args(["run", "--url", &self.service.url, "--key", LOCK])
+            .args(["run", "--url", &self.service.url])
             .args(["--lease", &flag(job.lease)]);
         if let Some(grace) = job.kill_grace {
             command.args(["--kill-grace", &flag(grace)]);
         }
-        command
-            .arg("--")
-            .arg(&self.exe)
-            .args(["demo-worker", "--record", &self.record.url()]);
+        command.args([LOCK, "--"]).arg(&self.exe).args([
+            "demo-worker",
+            "--record",
+            &self.record.url(),
+        ]);
         if let Some(work) = job.work {
             command.args(["--work", &flag(work)]);
         }

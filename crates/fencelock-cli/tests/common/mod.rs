@@ -176,6 +176,19 @@ pub async fn on_a_terminal(
     then: &str,
     args: &[&str],
 ) -> (String, i32) {
+    let mut argv = vec![env!("CARGO_BIN_EXE_fencelock")];
+    argv.extend_from_slice(args);
+    on_a_terminal_argv(server, first, typed, then, &argv).await
+}
+
+/// As [`on_a_terminal`], for any program (`argv`, a path first) in place of `fencelock ARGS`.
+pub async fn on_a_terminal_argv(
+    server: &Server,
+    first: &str,
+    typed: &str,
+    then: &str,
+    argv: &[&str],
+) -> (String, i32) {
     let dir = tempfile::tempdir().unwrap();
     let driver = dir.path().join("drive_terminal.py");
     std::fs::write(&driver, PTY_DRIVER).unwrap();
@@ -184,8 +197,8 @@ pub async fn on_a_terminal(
         "the terminal session",
         Command::new("python3")
             .arg(&driver)
-            .args([first, typed, then, env!("CARGO_BIN_EXE_fencelock")])
-            .args(args)
+            .args([first, typed, then])
+            .args(argv)
             .env("FENCELOCK_URL", server.url())
             .kill_on_drop(true)
             .output(),

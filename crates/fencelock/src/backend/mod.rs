@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::abandoned::Abandoned;
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
 use crate::lease::{Hold, LeaseState, Renewal};
@@ -30,6 +29,8 @@ pub(crate) mod current;
 pub(crate) mod etcd;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod holdings;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) mod queue;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 pub(crate) mod registry;
@@ -38,12 +39,10 @@ pub(crate) mod session_holds;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
-/// What the client lends every service: its timers, its background task, the attempts it
-/// gave up, and its options.
+/// What the client lends every service: its timers, its background task and its options.
 pub(crate) struct Ctx {
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) background: Background,
-    pub(crate) abandoned: Arc<Abandoned>,
     pub(crate) options: ClientOptions,
 }
 
@@ -279,6 +278,13 @@ pub(crate) trait LockService: Send + Sync + 'static {
 
     /// What the service knows about a lock.
     fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>>;
+
+    /// How many give-backs the service has not confirmed yet (attempts and holds given up
+    /// whose undo failed or is under way), for `Client::close` to report. By default none:
+    /// a service that retries give-backs itself tracks them as background work.
+    fn unconfirmed(&self) -> usize {
+        0
+    }
 
     /// Deletes a lock whoever holds it; returns the owners and hold counts it had.
     fn force_unlock<'a>(

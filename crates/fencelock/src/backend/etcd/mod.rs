@@ -7,6 +7,7 @@
 //! - `slots`: one attempt or holding per lock per client (the key is named by the lease).
 //! - `recipe`: the keys (create if absent, the queue order, waiting on the key just before
 //!   one's own from the current revision, undo).
+//! - `driver`: etcd's side of the queue recipe shared with ZooKeeper (`super::queue`).
 //! - `ops`: releases, status, forced unlocks.
 //! - `audit`: holdings whose key was deleted behind the client's back (a forced unlock).
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with
@@ -18,11 +19,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::recipe::{Entry, Place, Wake};
+use self::driver::{Attempt, Queue};
+use self::recipe::Entry;
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
 use super::current::{Current, Ends};
-use super::holdings::Holdings;
+use super::holdings::{Holdings, Sessioned};
+use super::queue::{self, rule::First};
 use super::{
     Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
 };
@@ -34,14 +37,12 @@ use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::BoxFuture;
 
 mod audit;
+mod driver;
 mod ops;
 mod recipe;
 mod session;
 mod slots;
 mod url;
-
-/// How long a waiter pauses before asking again after a failed request.
-const RETRY: Duration = Duration::from_millis(50);
 
 /// The service's name in errors.
 const SERVICE: &str = "etcd";
@@ -87,49 +88,6 @@ impl Etcd {
     /// The current lease, or a new one if it has ended (expired or revoked).
     async fn inner(&self) -> Result<Arc<Inner>, Error> {
         self.current.live().await
-    }
-}
-
-/// An attempt's key until it holds the lock or is removed: dropped while armed (a cancelled
-/// acquire), it is removed in the background. It keeps the client's slot for the lock until
-/// then, so that no other attempt of this client puts the same key meanwhile.
-struct Attempt {
-    inner: Arc<Inner>,
-    background: Background,
-    key: String,
-    /// The key's create revision, once the put was answered.
-    revision: Option<i64>,
-    slot: Option<Slot>,
-    armed: bool,
-}
-
-impl Attempt {
-    /// Removes the attempt's key now; if that fails, it stays armed for the background.
-    async fn undo(&mut self) {
-        let undone = recipe::delete(&self.inner.session, &self.key, self.revision).await;
-        self.armed = undone.is_err();
-        if !self.armed {
-            self.inner.slots.put_back(self.slot.take());
-        }
-    }
-}
-
-impl Drop for Attempt {
-    fn drop(&mut self) {
-        let slot = self.slot.take();
-        if !self.armed {
-            self.inner.slots.put_back(slot);
-            return;
-        }
-        let (inner, background) = (self.inner.clone(), self.background.clone());
-        let (key, revision) = (self.key.clone(), self.revision);
-        self.background.finish(async move {
-            if let Err(e) = recipe::delete(&inner.session, &key, revision).await {
-                background.failed();
-                tracing::warn!(key, error = %e, "undo of a given-up attempt failed; the key goes with the lease");
-            }
-            inner.slots.put_back(slot);
-        });
     }
 }
 
@@ -187,18 +145,9 @@ impl Ends for Inner {
     }
 }
 
-/// An attempt's key in the queue: its folder, key and create revision, and the request.
-struct Queued<'a> {
-    dir: &'a str,
-    key: &'a str,
-    mine: i64,
-    request: &'a LockRequest<'a>,
-    wait: Wait,
-}
-
 impl Inner {
     /// An etcd failure as fencelock's error.
-    fn fail(&self, lock: Option<&str>, fault: Fault) -> Error {
+    pub(super) fn fail(&self, lock: Option<&str>, fault: Fault) -> Error {
         let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());
         match fault {
             Fault::Malformed(_) => Error::Protocol {
@@ -260,16 +209,26 @@ impl Inner {
         let Some(slot) = slot else {
             return wait.not_acquired(name);
         };
-        let mut attempt = Attempt {
-            inner: self.clone(),
-            background: ctx.background.clone(),
+        let attempt = Attempt {
             key: recipe::key(&self.prefix, name, self.session.lease),
             revision: None,
             slot: Some(slot),
-            armed: true,
         };
-        let outcome = self.contend(&mut attempt, request, wait).await;
-        self.settle(ctx, request, wait, attempt, outcome).await
+        let queue = Queue {
+            inner: self,
+            request,
+            dir: recipe::dir(&self.prefix, name),
+        };
+        match queue::take(&queue, &First, attempt, wait).await? {
+            Some(mut held) => {
+                let (key, slot) = (std::mem::take(&mut held.key), held.slot.take());
+                let revision = held.revision.unwrap_or_default();
+                Ok(Acquired::Held(
+                    self.held(ctx, request, key, revision, slot)?,
+                ))
+            }
+            None => wait.not_acquired(name),
+        }
     }
 
     /// The refusal of an owner that holds the lock while no keep-alive was answered within
@@ -284,133 +243,9 @@ impl Inner {
         }
     }
 
-    /// What an attempt's contention came to: a holding, or its key removed and busy, a
-    /// timeout or the error.
-    async fn settle(
-        self: &Arc<Self>,
-        ctx: &Ctx,
-        request: &LockRequest<'_>,
-        wait: Wait,
-        mut attempt: Attempt,
-        outcome: Result<Option<i64>, Error>,
-    ) -> Result<Acquired, Error> {
-        let name = &request.lock.name;
-        match outcome {
-            Ok(Some(revision)) => {
-                attempt.armed = false;
-                let slot = attempt.slot.take();
-                let held = self.held(ctx, request, attempt.key.clone(), revision, slot);
-                Ok(Acquired::Held(held?))
-            }
-            Ok(None) => {
-                attempt.undo().await;
-                wait.not_acquired(name)
-            }
-            Err(e) => {
-                attempt.undo().await;
-                Err(e)
-            }
-        }
-    }
-
-    /// Puts the attempt's key and waits for its turn: the key's create revision once it is
-    /// the lowest, or `None` when busy (no waiting) or past the deadline.
-    async fn contend(
-        &self,
-        attempt: &mut Attempt,
-        request: &LockRequest<'_>,
-        wait: Wait,
-    ) -> Result<Option<i64>, Error> {
-        let (name, owner) = (&request.lock.name, request.owner);
-        let fail = |f| self.fail(Some(name), f);
-        let dir = recipe::dir(&self.prefix, name);
-        let created = loop {
-            match recipe::create(&self.session, &dir, &attempt.key, owner).await {
-                Ok(created) => break created,
-                Err(f) if self.retries(wait, &f) => tokio::time::sleep(RETRY).await,
-                Err(f) => return Err(fail(f)),
-            }
-        };
-        let mine = created.revision;
-        attempt.revision = Some(mine);
-        if created.holder.revision == mine {
-            return Ok(Some(mine));
-        }
-        self.foreign(owner, &created.holder)?;
-        let before = match (wait, created.before) {
-            (Wait::No, _) => return Ok(None),
-            (_, Some(before)) => before,
-            (_, None) => return Err(fail(Fault::Malformed("a holder but no key before ours"))),
-        };
-        let queued = Queued {
-            dir: &dir,
-            key: &attempt.key,
-            mine,
-            request,
-            wait,
-        };
-        self.wait_turn(&queued, before).await
-    }
-
-    /// Whether a failed request is tried again: a waiter outlives a failed request (a leader
-    /// election, a paused member) while its lease and its deadline do; its key stays.
-    fn retries(&self, wait: Wait, fault: &Fault) -> bool {
-        matches!(wait, Wait::Until(_))
-            && fault.transient()
-            && !self.session.ended.is_cancelled()
-            && wait
-                .deadline()
-                .is_none_or(|at| tokio::time::Instant::now() < at)
-    }
-
-    /// Waits, behind the key `before`, for the queued key to be the lowest: its create
-    /// revision then, or `None` past the deadline.
-    async fn wait_turn(&self, q: &Queued<'_>, mut before: Entry) -> Result<Option<i64>, Error> {
-        let (name, owner) = (&q.request.lock.name, q.request.owner);
-        let (session, deadline) = (&self.session, q.wait.deadline());
-        let fail = |f| self.fail(Some(name), f);
-        loop {
-            // Even when the key before ours was the holder (the only key below ours), ours is
-            // read again before it counts as the holder: the lease may have been revoked
-            // meanwhile, which no deadline of ours bounds (etcd-io/etcd#11456; tested by
-            // `a_waiter_whose_lease_ends_does_not_acquire`).
-            match recipe::wait_for(session, &before, deadline).await {
-                Ok(Wake::Gone | Wake::Again) => {}
-                Ok(Wake::Deadline) => return Ok(None),
-                Err(f) if self.retries(q.wait, &f) => tokio::time::sleep(RETRY).await,
-                Err(f) => return Err(fail(f)),
-            }
-            match recipe::place(session, q.dir, q.key, q.mine).await {
-                Ok(Some(Place::Holder)) => return Ok(Some(q.mine)),
-                Ok(Some(Place::Behind {
-                    holder,
-                    before: next,
-                })) => {
-                    // The holder changed: the new one may be this owner in another client.
-                    self.foreign(owner, &holder)?;
-                    before = next;
-                }
-                Ok(None) => return Err(self.vanished(name)),
-                Err(f) if self.retries(q.wait, &f) => tokio::time::sleep(RETRY).await,
-                Err(f) => return Err(fail(f)),
-            }
-        }
-    }
-
-    /// The attempt's key is gone while it waited: the lease ended, or it was deleted.
-    fn vanished(&self, name: &str) -> Error {
-        Error::Unavailable {
-            lock: Some(name.to_owned()),
-            server: self.session.server.clone(),
-            detail: "the attempt's key vanished while it waited (lease expired or revoked, or \
-                     the key was deleted)"
-                .into(),
-        }
-    }
-
     /// Refuses to queue behind a holding of the same owner id under another lease: a second
     /// process cannot re-enter (own) another client's key.
-    fn foreign(&self, owner: &str, holder: &Entry) -> Result<(), Error> {
+    pub(super) fn foreign(&self, owner: &str, holder: &Entry) -> Result<(), Error> {
         if holder.owner == owner && holder.lease != self.session.lease {
             return Err(Error::Unsupported {
                 service: SERVICE,

@@ -6,39 +6,43 @@ use std::time::Duration;
 use super::recipe::{self, Entry};
 use super::session::Fault;
 use super::{Inner, SERVICE};
-use crate::backend::holdings::{give_back, Closing};
+use crate::backend::holdings::Holdings;
+use crate::backend::holdings::{Closing, Sessioned};
 use crate::backend::{RawStatus, Released};
+use crate::background::Background;
 use crate::error::Error;
 use crate::status::Waiter;
 
-impl Inner {
-    /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the key (only
-    /// the revision this holding put). A delete that fails, or that the caller stopped
-    /// waiting for, goes on in the background, and the holding is not re-entered meanwhile
-    /// (the key may be gone, the lock someone else's).
-    pub(super) async fn give_back(
-        self: &Arc<Self>,
-        name: &str,
-        owner: &Arc<str>,
-        id: Option<u64>,
-    ) -> Result<Released, Error> {
-        if self.session.ended.is_cancelled() {
-            // Every hold ended with the lease, a re-entered lock's too: none is left to count.
-            return Ok(Released::NotHeld);
-        }
-        let hold = (name, owner, id);
-        let delete = |inner: Arc<Self>, closing: Closing| async move {
-            inner.delete_holding(&closing).await
-        };
-        let released = give_back(self, &self.holdings, &self.background, hold, delete).await;
-        released.map_err(|e| self.fail(Some(name), e))
+impl Sessioned for Inner {
+    type Fault = Fault;
+
+    fn holdings(&self) -> &Holdings {
+        &self.holdings
     }
 
+    fn background(&self) -> &Background {
+        &self.background
+    }
+
+    fn ended(&self) -> bool {
+        self.session.ended.is_cancelled()
+    }
+
+    async fn delete_holding(self: Arc<Self>, closing: Closing) -> Result<Released, Fault> {
+        self.delete_entry(&closing).await
+    }
+
+    fn fail_on(&self, lock: &str, fault: Fault) -> Error {
+        self.fail(Some(lock), fault)
+    }
+}
+
+impl Inner {
     /// Deletes a closing holding's key (only the revision it put) and, once it is gone (also
     /// with the lease that ended), ends the holding and then frees the client's slot for the
     /// lock: a new attempt of this client puts the same key, and must not find the old
     /// holding in the map.
-    async fn delete_holding(&self, closing: &Closing) -> Result<Released, Fault> {
+    async fn delete_entry(&self, closing: &Closing) -> Result<Released, Fault> {
         let revision = i64::try_from(closing.token).ok();
         let deleted = match recipe::delete(&self.session, &closing.path, revision).await {
             Err(_) if self.session.ended.is_cancelled() => Ok(false),

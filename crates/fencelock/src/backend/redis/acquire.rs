@@ -70,14 +70,8 @@ impl Drop for Undo<'_> {
     fn drop(&mut self) {
         if let Some(place) = self.armed {
             let ask = self.ask;
-            ask.family.give_back_later(
-                ask.ctx,
-                ask.keys,
-                ask.owner,
-                place.attempt,
-                ask.lease,
-                None,
-            );
+            ask.family
+                .give_back_later(ask.ctx, ask.keys, ask.owner, place.attempt, ask.lease);
         }
     }
 }
@@ -95,7 +89,7 @@ impl Ask<'_> {
         if reply.is_ok() {
             // The script ran to its end: the attempts given up that it carried are given
             // back. (An error may have stopped it before; they stay recorded.)
-            let abandoned = &self.ctx.abandoned;
+            let abandoned = &self.family.abandoned;
             abandoned.settle(&self.keys.name, self.owner, &attempt.abandoned);
         }
         match reply {
@@ -150,7 +144,7 @@ impl Ask<'_> {
             listener: queueing
                 .join
                 .map(|_| self.family.waiters.client_id().clone()),
-            abandoned: self.ctx.abandoned.pending(&self.keys.name, self.owner),
+            abandoned: self.family.abandoned.pending(&self.keys.name, self.owner),
         }
     }
 
@@ -161,7 +155,7 @@ impl Ask<'_> {
         let engine = &self.family.engine;
         if let Err(e) = engine.release(self.keys, self.owner, Some(id)).await {
             tracing::debug!(lock = %self.keys.name, error = %e, "undoing a failed attempt");
-            let abandoned = &self.ctx.abandoned;
+            let abandoned = &self.family.abandoned;
             abandoned.add(&self.keys.name, self.owner, id, self.lease);
         }
     }
@@ -371,14 +365,8 @@ impl Waiting<'_> {
             // for them now, as an acquire of our own would have.
             if let Err(e) = ask.replicate(&held.lease, acks).await {
                 held.lease.finish();
-                ask.family.give_back_later(
-                    ask.ctx,
-                    ask.keys,
-                    ask.owner,
-                    taken.attempt,
-                    ask.lease,
-                    None,
-                );
+                ask.family
+                    .give_back_later(ask.ctx, ask.keys, ask.owner, taken.attempt, ask.lease);
                 return Err(e);
             }
         }

@@ -1,8 +1,37 @@
 //! The Redis family's keys and channel of a lock, derived from its name once per lock handle.
+//!
+//! All share the hash tag `{name}`, so that one lock's keys live in one Cluster slot:
+//! - `fencelock:{name}`: hash `owner id -> hold ids` (space-separated attempt ids, oldest first;
+//!   the hold count is their number), `=token` (the holding's fencing token), and `=q` while the
+//!   wait queue may have places (a release looks at the queue only then). TTL: the lease.
+//! - `fencelock:{name}:fence`: the last fencing token issued; no TTL.
+//! - `fencelock:{name}:queue` (list of waiting owner ids, in arrival order) and
+//!   `fencelock:{name}:waiting` (hash `owner id -> "attempt window_ms since_us client"`): the wait
+//!   queue (not RedLock). Both expire with the newest place's window. `status.lua` reads them with
+//!   the lock and the server's `TIME`; places past their window are listed as expired.
+//! - `fencelock:{name}:released`: pub/sub channel (`SPUBLISH` on a Cluster), and
+//!   `...:released:<client id>` for each waiting client. A release hands the lock to the first
+//!   place with time left (one window; `=grant <attempt> <token> <elapsed_ms>` on its client's
+//!   channel), or publishes the owner id when places were all past their windows; RedLock always
+//!   publishes a unique release id. Force-unlock publishes `=forced` there, and
+//!   `=forced <lock key> <hold ids>` on `fencelock:client:<client id>` of each holder's client
+//!   (subscribed on connect; not on a Cluster).
 
 use std::sync::Arc;
 
+use crate::error::InputError;
 use crate::name::LockName;
+
+/// The Redis family's rule for lock names: no `{` or `}`, which would break the keys' hash
+/// tag (other services accept them).
+pub(crate) fn check_name(name: &str) -> Result<(), InputError> {
+    if name.contains(['{', '}']) {
+        return Err(InputError::NameHasBrace {
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
+}
 
 /// A lock's name and the Redis keys and channel derived from it. Every key shares the hash
 /// tag `{name}`, so that all of a lock's keys live in one Redis Cluster slot and a script may
@@ -56,6 +85,17 @@ impl LockKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_have_no_braces() {
+        for bad in ["a{b", "a}b"] {
+            assert!(matches!(
+                check_name(bad),
+                Err(InputError::NameHasBrace { .. })
+            ));
+        }
+        assert!(check_name("orders:42").is_ok());
+    }
 
     #[test]
     fn keys_share_the_hash_tag() {

@@ -8,10 +8,34 @@
 //!   reply, the release sink), a leaf; `setup`: how connections are configured, a leaf.
 //! - `acquire`: the acquire algorithm (attempts named by id, waiting, handover, undo);
 //!   `waiters`: this client's local wait queues, fed by release messages.
+//! - `keys`: a lock's keys and channels (its docs list them); `places`: a waiter's place in
+//!   the server's queue, as the scripts write it; `abandoned`: attempts and holds given up,
+//!   given back first by the owner's next attempt.
+//! - RedLock's helpers: `serials` (a heal of a hold runs before its release), `outcome` (each
+//!   server's answer, the source of `Error::Quorum`), `distinct` (a set's URLs reach distinct
+//!   servers). Sentinel's: `announce` (`+switch-master`), `released` (releases kept across a
+//!   switch, given back again after it).
+//!
+//! What crosses between the pieces on the way of one lock:
+//!
+//! ```text
+//!  Lock::acquire ──attempt──▶ backend::redis (EVALSHA acquire) ──▶ redis-server
+//!      │ held?                                                        │ PUBLISH on release
+//!      ▼                                                              ▼
+//!  waiters::join ──SUBSCRIBE (lock + client channel)─▶ subscriber conn ──push──▶ WaitRegistry::released
+//!      │ the head's attempt takes a place        =grant: wakes the waiter it names, which holds
+//!      │ in the server's queue                   the lock; other messages: wake each head
+//!      ▼
+//!  Guard ◀── LeaseState ──weak──▶ watchdog queue ──pipelined EVALSHA extend──▶ redis-server
+//!                 │ deadline passed / renewal says NotHeld
+//!                 ▼
+//!           CancellationToken cancelled  ──▶ guard.lost() resolves
+//! ```
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use self::abandoned::Abandoned;
 use self::acquire::{Ask, Attempted};
 use self::engine::Engine;
 use self::keys::LockKeys;
@@ -28,6 +52,7 @@ use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 
+mod abandoned;
 mod acquire;
 mod announce;
 mod conn;
@@ -38,6 +63,7 @@ mod outcome;
 mod places;
 mod redlock;
 mod released;
+mod serials;
 pub(crate) mod server;
 mod setup;
 mod terms;
@@ -48,6 +74,8 @@ mod waiters;
 pub(crate) struct RedisFamily {
     engine: Arc<Engine>,
     waiters: Arc<WaitRegistry>,
+    /// Attempts and holds given up whose give-back is not confirmed yet.
+    abandoned: Arc<Abandoned>,
 }
 
 impl RedisFamily {
@@ -78,6 +106,7 @@ impl RedisFamily {
         let family = Self {
             engine: Arc::new(engine),
             waiters,
+            abandoned: Arc::default(),
         };
         Ok((family, warnings))
     }
@@ -85,8 +114,7 @@ impl RedisFamily {
     /// Gives back the hold (or queue place) taken by attempt `id`, in the background: for code
     /// that cannot await. Until it is confirmed, the owner's next attempt on the lock carries
     /// the id and gives it back first, so a retry never re-enters what the caller let go of.
-    /// `term`: the lease it was taken with (after it, the server has let it go anyway);
-    /// `lease`: the guard's lease state, whose heals the release must follow.
+    /// `term`: the lease it was taken with (after it, the server has let it go anyway).
     pub(crate) fn give_back_later(
         &self,
         ctx: &Ctx,
@@ -94,20 +122,12 @@ impl RedisFamily {
         owner: &Arc<str>,
         id: u64,
         term: Duration,
-        lease: Option<Arc<LeaseState>>,
     ) {
-        ctx.abandoned.add(&keys.name, owner, id, term);
-        let (engine, abandoned) = (self.engine.clone(), ctx.abandoned.clone());
+        self.abandoned.add(&keys.name, owner, id, term);
+        let (engine, abandoned) = (self.engine.clone(), self.abandoned.clone());
         let (keys, owner) = (keys.clone(), owner.clone());
         ctx.background.finish(async move {
-            let outcome = {
-                let _serial = match &lease {
-                    Some(lease) => Some(lease.serial.lock().await),
-                    None => None,
-                };
-                engine.release(&keys, &owner, Some(id)).await
-            };
-            match outcome {
+            match engine.release(&keys, &owner, Some(id)).await {
                 Ok(released) => {
                     abandoned.settle(&keys.name, &owner, &[id]);
                     tracing::debug!(lock = %keys.name, ?released, id, "background release");
@@ -148,7 +168,7 @@ impl LockService for RedisFamily {
 
     /// A name with a brace would break the keys' hash tag.
     fn check_name(&self, name: &str) -> Result<(), InputError> {
-        crate::name::check_redis_name(name)
+        keys::check_name(name)
     }
 
     /// Redis's own lock options: `min_replica_acks` needs a timeout shorter than the lease.
@@ -194,8 +214,8 @@ impl LockService for RedisFamily {
         })
     }
 
-    /// Gives back a guard's hold, named by its id. It waits for a RedLock heal of the hold
-    /// under way (`LeaseState::serial`), so that the heal never lands after it.
+    /// Gives back a guard's hold, named by its id. On RedLock it waits for a heal of the hold
+    /// under way (`Serials`), so that the heal never lands after it.
     fn release<'a>(
         &'a self,
         _ctx: &'a Ctx,
@@ -203,7 +223,6 @@ impl LockService for RedisFamily {
     ) -> BoxFuture<'a, Result<Released, Error>> {
         Box::pin(async move {
             let hold = &lease.hold;
-            let _serial = lease.serial.lock().await;
             let keys = LockKeys::of(&hold.lock);
             self.engine.release(&keys, &hold.owner, Some(hold.id)).await
         })
@@ -214,7 +233,7 @@ impl LockService for RedisFamily {
         let hold = &lease.hold;
         let keys = LockKeys::of(&hold.lock);
         let owner = &hold.owner;
-        self.give_back_later(ctx, &keys, owner, hold.id, hold.lease, Some(lease.clone()));
+        self.give_back_later(ctx, &keys, owner, hold.id, hold.lease);
     }
 
     fn release_owner<'a>(
@@ -239,6 +258,10 @@ impl LockService for RedisFamily {
 
     fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
         Box::pin(async move { self.engine.status(&LockKeys::of(lock)).await })
+    }
+
+    fn unconfirmed(&self) -> usize {
+        self.abandoned.len()
     }
 
     fn force_unlock<'a>(

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::outcome::{Outcomes, ServerOutcome};
+use super::serials::Serials;
 use super::server::RedisBackend;
 use super::terms::{AcquireReply, Attempt, Queueing, ReleaseSink, RenewItem};
 use crate::backend::redis::keys::LockKeys;
@@ -38,6 +39,8 @@ pub(crate) struct RedLock {
     highest: AtomicU64,
     /// Acquire requests still under way on a server after their attempt was decided.
     late: Arc<LateGrants>,
+    /// Orders a heal of a hold before its release.
+    serials: Arc<Serials>,
     /// Keeps the de-duplicating sink alive (the servers hold it weakly).
     _sink: Arc<DedupSink>,
 }
@@ -252,6 +255,7 @@ impl RedLock {
                 quorum,
                 highest: AtomicU64::new(0),
                 late: Arc::default(),
+                serials: Arc::default(),
                 _sink: dedup,
             },
             warnings,
@@ -486,6 +490,11 @@ impl RedLock {
         owner: &Arc<str>,
         hold: Option<u64>,
     ) -> Result<Released, Error> {
+        // After a heal of the hold under way, never before it (see `Serials`).
+        let _serial = match hold {
+            Some(id) => Some(self.serials.lock(id).await),
+            None => None,
+        };
         // One message for all servers, so that waiters can drop the copies.
         let message: Arc<str> = format!("{owner}#{:x}", rand::random::<u64>()).into();
         let mut pending = self.fan_out(|i, s| {
@@ -629,7 +638,7 @@ impl RedLock {
     /// Otherwise servers restarting one after another would wear a long-held lock down below
     /// a majority. Safe: no one else can hold a majority meanwhile, and where the key is held
     /// by another owner the acquire just reports it held. The heal runs under the hold's
-    /// serial lock and only while the hold is live; its release takes that lock too, so a
+    /// serial lock (`Serials`) and only while the hold is live; its release takes that lock too, so a
     /// heal never lands on a server after the release (and leaves a grant nobody keeps).
     fn heal(&self, items: &Arc<Vec<RenewItem>>, renewed: &[usize], missing: Vec<(usize, usize)>) {
         for (i, j) in missing {
@@ -639,8 +648,9 @@ impl RedLock {
             let lease = items[j].clone();
             let server = self.servers[i].clone();
             tracing::debug!(lock = %lease.hold.lock.name, server = %server.server(), "re-taking a lock a server lost");
+            let serials = self.serials.clone();
             self.background.finish(async move {
-                let _serial = lease.serial.lock().await;
+                let _serial = serials.lock(lease.hold.id).await;
                 if lease.is_finished() {
                     return;
                 }

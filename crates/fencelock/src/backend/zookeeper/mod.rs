@@ -6,6 +6,7 @@
 //!   the server was last heard from, probes, the lost-lock signal on expiry.
 //! - `recipe`: the nodes (protected creation by GUID, the queue order, waiting on the node
 //!   just before one's own, undo).
+//! - `driver`: ZooKeeper's side of the queue recipe shared with etcd (`super::queue`).
 //! - `quiet`: the uncontended fast path: folders whose last holding by this client was alone,
 //!   and the watch proving nobody touched them since (an acquire then skips the listing).
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with etcd).
@@ -17,15 +18,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use zookeeper_client as zk;
 
+use self::driver::{Attempt, Queue};
 use self::quiet::{Holder, Quiet, Slot, Taken};
-use self::recipe::{Node, Place};
+use self::recipe::Node;
 use self::session::Session;
 use super::current::{Current, Ends};
-use super::holdings::Holdings;
+use super::holdings::{Holdings, Sessioned};
+use super::queue::{self, rule::First};
 use super::{
     Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
 };
@@ -36,6 +37,7 @@ use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::BoxFuture;
 
+mod driver;
 mod ops;
 mod quiet;
 mod recipe;
@@ -43,10 +45,10 @@ mod session;
 mod url;
 
 /// How long a waiter pauses before asking again after a connection loss.
-const RETRY: Duration = Duration::from_millis(100);
+pub(super) const RETRY: Duration = Duration::from_millis(100);
 
 /// The service's name in errors.
-const SERVICE: &str = "ZooKeeper";
+pub(super) const SERVICE: &str = "ZooKeeper";
 
 /// The ZooKeeper lock service of one client.
 pub(crate) struct ZooKeeper {
@@ -85,83 +87,6 @@ impl ZooKeeper {
     /// The current session, or a new one if it has ended.
     async fn inner(&self) -> Result<Arc<Inner>, Error> {
         self.current.live().await
-    }
-}
-
-/// Where a queued attempt stands between its turns.
-struct Queued<'a> {
-    name: &'a str,
-    owner: &'a str,
-    /// The holder was checked not to be this owner in another session.
-    checked: bool,
-    wait: Wait,
-    deadline: Option<Instant>,
-}
-
-impl Queued<'_> {
-    /// A waiter outlives a connection loss: its node stays while the session does.
-    fn transient(&self, session: &Session, e: &zk::Error) -> bool {
-        matches!(self.wait, Wait::Until(_))
-            && recipe::connection_lost(e)
-            && !session.ended.is_cancelled()
-            && self.deadline.is_none_or(|at| Instant::now() < at)
-    }
-}
-
-/// What a queued attempt does after one turn.
-enum Turn {
-    /// List the queue again (the node waited on changed, or is gone).
-    Again,
-    /// A request failed on a connection loss: pause, then list again.
-    Retry,
-    /// Busy without waiting, or past the deadline.
-    GiveUp,
-}
-
-/// An attempt's node until it holds the lock or is removed: dropped while armed (a cancelled
-/// acquire), it is removed in the background.
-struct Attempt {
-    session: Arc<Session>,
-    background: Background,
-    dir: String,
-    guid: String,
-    node: Option<String>,
-    armed: bool,
-}
-
-impl Attempt {
-    /// Removes the attempt's node now; if that fails, it stays armed for the background.
-    async fn undo(&mut self) {
-        let undone = recipe::undo(&self.session, &self.dir, &self.guid, self.node.as_deref()).await;
-        self.armed = undone.is_err();
-    }
-}
-
-impl Attempt {
-    /// Keeps the queue watch of a listing that did not make the attempt the holder until it
-    /// fires (at the queue's next change): dropping it early would cost a request to remove
-    /// it from the server.
-    fn park(&self, watcher: zk::OneshotWatcher) {
-        self.background.linger(async move {
-            watcher.changed().await;
-        });
-    }
-}
-
-impl Drop for Attempt {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (session, background) = (self.session.clone(), self.background.clone());
-        let (dir, guid, node) = (self.dir.clone(), self.guid.clone(), self.node.take());
-        self.background.finish(async move {
-            let node = node.as_deref();
-            if let Err(e) = recipe::undo_until_done(&session, &dir, &guid, node, RETRY).await {
-                background.failed();
-                tracing::warn!(dir, error = %e, "undo of a given-up attempt failed; its node goes with the session");
-            }
-        });
     }
 }
 
@@ -235,7 +160,7 @@ impl Inner {
     }
 
     /// A ZooKeeper failure as fencelock's error.
-    fn fail(&self, lock: Option<&str>, e: zk::Error) -> Error {
+    pub(super) fn fail(&self, lock: Option<&str>, e: zk::Error) -> Error {
         use zk::Error::*;
         let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());
         match e {
@@ -260,7 +185,7 @@ impl Inner {
 
     /// Lists the lock's queue with a watch, once the folder's persistent watch is gone (see
     /// `Quiet::end`).
-    async fn list(&self, dir: &str) -> Result<recipe::Listing, zk::Error> {
+    pub(super) async fn list(&self, dir: &str) -> Result<recipe::Listing, zk::Error> {
         self.quiet.end(dir);
         recipe::list(&self.session, dir).await
     }
@@ -296,27 +221,37 @@ impl Inner {
         if let Some(held) = started? {
             return Ok(Acquired::Held(held));
         }
-        let mut attempt = Attempt {
-            session: self.session.clone(),
-            background: ctx.background.clone(),
+        let attempt = Attempt {
             dir: self.dir(name),
             guid: recipe::guid(),
             node: None,
-            armed: true,
+            // A generated owner id is this client's alone: no other session can hold the lock
+            // as this owner, and the check (one read) is skipped.
+            checked: !request.explicit_owner,
+            watcher: None,
+            fast: None,
         };
-        match self.contend(&mut attempt, request, wait).await {
-            Ok(Some((node, signal))) => {
-                attempt.armed = false;
+        let queue = Queue {
+            inner: self,
+            request,
+        };
+        let Some(held) = queue::take(&queue, &First, attempt, wait).await? else {
+            return wait.not_acquired(name);
+        };
+        let signal = match (held.fast, held.watcher) {
+            (Some(taken), _) => Some(Signal::Fast(taken)),
+            (None, Some((watcher, alone))) => Some(Signal::Queue { watcher, alone }),
+            (None, None) => None,
+        };
+        match (held.node, signal) {
+            (Some(node), Some(signal)) => {
                 Ok(Acquired::Held(self.held(ctx, request, node, signal)?))
             }
-            Ok(None) => {
-                attempt.undo().await;
-                wait.not_acquired(name)
-            }
-            Err(e) => {
-                attempt.undo().await;
-                Err(e)
-            }
+            _ => Err(Error::Protocol {
+                lock: Some(name.clone()),
+                server: self.session.server.clone(),
+                detail: "a holding without its node or the listing that showed it first".into(),
+            }),
         }
     }
 
@@ -329,168 +264,6 @@ impl Inner {
             detail: "not heard from ZooKeeper within the session timeout; the session (and \
                      this owner's holding) may have expired"
                 .into(),
-        }
-    }
-
-    /// The attempt's node is gone while it waited.
-    fn vanished(&self, name: &str) -> Error {
-        Error::Unavailable {
-            lock: Some(name.to_owned()),
-            server: self.session.server.clone(),
-            detail: "the attempt's node vanished while it waited (session lost?)".into(),
-        }
-    }
-
-    /// Makes the attempt's node. On a folder this client last held alone, and still calm, the
-    /// create goes without the listing, and the attempt may hold the lock at once (see
-    /// `quiet`); otherwise the listing goes right behind the create.
-    async fn make(&self, attempt: &mut Attempt, request: &LockRequest<'_>) -> Result<Made, Error> {
-        let dir = &attempt.dir;
-        let taken = self.quiet.take(dir);
-        if taken.is_none() {
-            self.quiet.end(dir);
-        }
-        let list = taken.is_none();
-        let created = recipe::create(&self.session, dir, &attempt.guid, request.owner, list).await;
-        let (node, listed) = created.map_err(|e| self.fail(Some(&request.lock.name), e))?;
-        attempt.node = Some(node.path.clone());
-        if let Some(taken) = taken {
-            if taken.check(node.seq) {
-                return Ok(Made::Fast(node, taken));
-            }
-            // Dropped here, which ends the calm before the listing is sent.
-        }
-        Ok(Made::Queued(node, listed))
-    }
-
-    /// Creates the attempt's node and waits for its turn: the node once it is the lowest (with
-    /// what tells the holding of the queue's next change), or `None` when busy (no waiting)
-    /// or past the deadline.
-    async fn contend(
-        &self,
-        attempt: &mut Attempt,
-        request: &LockRequest<'_>,
-        wait: Wait,
-    ) -> Result<Option<(Node, Signal)>, Error> {
-        let (node, mut listed) = match self.make(attempt, request).await? {
-            Made::Fast(node, taken) => return Ok(Some((node, Signal::Fast(taken)))),
-            Made::Queued(node, listed) => (node, listed),
-        };
-        let name = &request.lock.name;
-        let fail = |e| self.fail(Some(name), e);
-        let (session, dir) = (&self.session, &attempt.dir);
-        let mut queued = Queued {
-            name,
-            owner: request.owner,
-            // A generated owner id is this client's alone: no other session can hold the lock
-            // as this owner, and the check (one read) is skipped.
-            checked: !request.explicit_owner,
-            wait,
-            deadline: wait.deadline(),
-        };
-        loop {
-            let listing = match listed.take() {
-                Some(listing) => listing,
-                None => match self.list(dir).await {
-                    Err(e) if queued.transient(session, &e) => {
-                        tokio::time::sleep(RETRY).await;
-                        continue;
-                    }
-                    listing => listing.map_err(fail)?,
-                },
-            };
-            let (holder, before) = match recipe::place(&listing, dir, &node) {
-                Some(Place::Holder) => {
-                    let alone = listing.children.len() == 1;
-                    let watcher = listing.watcher;
-                    return Ok(Some((node, Signal::Queue { watcher, alone })));
-                }
-                Some(Place::Behind { holder, before }) => (holder, before),
-                None => return Err(self.vanished(name)),
-            };
-            attempt.park(listing.watcher);
-            match self.behind(&mut queued, &holder, &before).await? {
-                Turn::Again => {}
-                Turn::Retry => tokio::time::sleep(RETRY).await,
-                Turn::GiveUp => return Ok(None),
-            }
-        }
-    }
-
-    /// One turn of a queued attempt behind `before`. The first time, it also reads the
-    /// holder's node, in the same round trip as the watch, to refuse queueing behind a holding
-    /// of the same owner id in another session (a second process cannot re-enter, i.e. own,
-    /// another session's node).
-    async fn behind(&self, q: &mut Queued<'_>, holder: &str, before: &str) -> Result<Turn, Error> {
-        let session = &self.session;
-        let fail = |e| self.fail(Some(q.name), e);
-        let sent = Instant::now();
-        let holder_read = (!q.checked && (holder != before || matches!(q.wait, Wait::No)))
-            .then(|| session.answer(sent, session.zk.get_data(holder)));
-        if matches!(q.wait, Wait::No) {
-            if let Some(read) = holder_read {
-                self.refuse_foreign(q, read.await.map(Some))?;
-            }
-            return Ok(Turn::GiveUp);
-        }
-        let watched = recipe::watch(session, before);
-        let (holder_read, watched) = match holder_read {
-            Some(read) => {
-                let (read, watched) = tokio::join!(read, watched);
-                (Some(read.map(Some)), watched)
-            }
-            None => (None, watched.await),
-        };
-        let watched = match watched {
-            Err(e) if q.transient(session, &e) => return Ok(Turn::Retry),
-            watched => watched.map_err(fail)?,
-        };
-        if !q.checked {
-            let read = holder_read
-                .unwrap_or_else(|| Ok(watched.as_ref().map(|w| (w.data.clone(), w.stat))));
-            match self.refuse_foreign(q, read) {
-                Err(Error::Unavailable { .. }) if q.transient(session, &zk::Error::Timeout) => {
-                    return Ok(Turn::Retry)
-                }
-                checked => checked?,
-            }
-        }
-        let Some(watched) = watched else {
-            return Ok(Turn::Again);
-        };
-        match recipe::wait_for(session, watched.watcher, q.deadline).await {
-            Ok(true) => Ok(Turn::Again),
-            Ok(false) => Ok(Turn::GiveUp),
-            Err(e) if q.transient(session, &e) => Ok(Turn::Retry),
-            Err(e) => Err(fail(e)),
-        }
-    }
-
-    /// Refuses to queue behind a holding of this owner id in another session (the holder's
-    /// node as read: data and stat, `None` if gone); marks the check done otherwise.
-    fn refuse_foreign(
-        &self,
-        q: &mut Queued<'_>,
-        read: Result<Option<(Vec<u8>, zk::Stat)>, zk::Error>,
-    ) -> Result<(), Error> {
-        let session = &self.session;
-        match read {
-            Ok(Some((data, stat)))
-                if data == q.owner.as_bytes() && stat.ephemeral_owner != session.id =>
-            {
-                Err(Error::Unsupported {
-                    service: SERVICE,
-                    what: "re-entry by an owner id that another ZooKeeper session holds",
-                    why: "a ZooKeeper lock is an ephemeral node owned by one session; re-entry \
-                          is counted in the client that holds it (Lock::with_owner works \
-                          across processes on Redis only)",
-                })
-            }
-            Ok(_) | Err(zk::Error::NoNode) => {
-                q.checked = true;
-                Ok(())
-            }
-            Err(e) => Err(self.fail(Some(q.name), e)),
         }
     }
 
@@ -612,14 +385,6 @@ impl Inner {
             }
         });
     }
-}
-
-/// An attempt's node as made.
-enum Made {
-    /// On the fast path: it holds the lock.
-    Fast(Node, Taken),
-    /// With the listing sent behind the create, if it could be read with it.
-    Queued(Node, Option<recipe::Listing>),
 }
 
 /// What tells a new holding of the queue's next change.

@@ -7,8 +7,10 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::{recipe, Inner, SERVICE};
-use crate::backend::holdings::{give_back, Closing};
+use crate::backend::holdings::Holdings;
+use crate::backend::holdings::{Closing, Sessioned};
 use crate::backend::{RawStatus, Released};
+use crate::background::Background;
 use crate::error::Error;
 use crate::status::Waiter;
 
@@ -18,35 +20,37 @@ struct Children {
     nodes: Vec<(String, String, zk::Stat)>,
 }
 
-impl Inner {
-    /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the node. A
-    /// delete that fails (the node may be gone), or that the caller stopped waiting for,
-    /// closes the holding to re-entry and goes on in the background until the node is gone or
-    /// the session ends.
-    pub(super) async fn give_back(
-        self: &Arc<Self>,
-        name: &str,
-        owner: &Arc<str>,
-        id: Option<u64>,
-    ) -> Result<Released, Error> {
-        if self.session.ended.is_cancelled() {
-            // Every hold ended with the session, a re-entered lock's too: none is left to count.
-            return Ok(Released::NotHeld);
-        }
-        let hold = (name, owner, id);
-        let delete = |inner: Arc<Self>, closing: Closing| async move {
-            inner.delete_holding(&closing).await
-        };
-        let released = give_back(self, &self.holdings, &self.background, hold, delete).await;
-        released.map_err(|e| self.fail(Some(name), e))
+impl Sessioned for Inner {
+    type Fault = zk::Error;
+
+    fn holdings(&self) -> &Holdings {
+        &self.holdings
     }
 
+    fn background(&self) -> &Background {
+        &self.background
+    }
+
+    fn ended(&self) -> bool {
+        self.session.ended.is_cancelled()
+    }
+
+    async fn delete_holding(self: Arc<Self>, closing: Closing) -> Result<Released, zk::Error> {
+        self.delete_entry(&closing).await
+    }
+
+    fn fail_on(&self, lock: &str, fault: zk::Error) -> Error {
+        self.fail(Some(lock), fault)
+    }
+}
+
+impl Inner {
     /// Deletes a closing holding's node and, once it is gone (also with the session that
     /// ended), ends the holding. The folder may be left calm for the owner's next attempt
     /// (see `quiet`): a holding that the listing showed alone first puts a persistent watch
     /// on the folder, sent right before the delete (the node keeps the folder from going
     /// until then), in the same round trip.
-    async fn delete_holding(self: &Arc<Self>, closing: &Closing) -> Result<Released, zk::Error> {
+    async fn delete_entry(self: &Arc<Self>, closing: &Closing) -> Result<Released, zk::Error> {
         let path = &closing.path;
         let dir = path.rsplit_once('/').map_or("/", |(dir, _)| dir);
         let sent = Instant::now();

@@ -251,27 +251,6 @@ pub(crate) async fn undo_until_done(
     }
 }
 
-/// Where an attempt stands in the lock's queue.
-pub(crate) enum Place {
-    /// Its node is the lowest: it holds the lock.
-    Holder,
-    /// It waits: the holder's node and the node just before its own.
-    Behind { holder: String, before: String },
-}
-
-/// Places `node` in the listed queue; `None` if the node is not in it (gone).
-pub(crate) fn place(listing: &Listing, dir: &str, node: &Node) -> Option<Place> {
-    let children = &listing.children;
-    let at = children.iter().position(|c| c == node.name())?;
-    Some(match at {
-        0 => Place::Holder,
-        _ => Place::Behind {
-            holder: format!("{dir}/{}", children[0]),
-            before: format!("{dir}/{}", children[at - 1]),
-        },
-    })
-}
-
 /// The node a waiter waits on, read with a watch that fires when it changes (normally, when it
 /// is deleted); `None` if it is gone already.
 pub(crate) struct Watched {

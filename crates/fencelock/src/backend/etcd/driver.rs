@@ -1,0 +1,162 @@
+//! etcd's side of the shared queue recipe (`backend::queue`): the key is put if absent in a
+//! transaction that also reads the holder and the key just before it, the queue is read
+//! again with a transaction that also checks the attempt's own key, and a waiter watches the
+//! predecessor's deletion from the current revision (see `recipe`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::recipe::{self, Entry, Place, Wake};
+use super::session::Fault;
+use super::slots::Slot;
+use super::Inner;
+use crate::backend::queue::rule::Sight;
+use crate::backend::queue::{Driver, Turn};
+use crate::backend::{LockRequest, Wait};
+use crate::error::Error;
+
+/// How long a waiter pauses before asking again after a failed request.
+const RETRY: Duration = Duration::from_millis(50);
+
+/// An attempt's key until it holds the lock or is removed. It keeps the client's slot for
+/// the lock until then, so that no other attempt of this client puts the same key meanwhile.
+pub(super) struct Attempt {
+    pub(super) key: String,
+    /// The key's create revision, once the put was answered.
+    pub(super) revision: Option<i64>,
+    pub(super) slot: Option<Slot>,
+}
+
+/// One acquire's view of the lock's queue.
+pub(super) struct Queue<'a> {
+    pub(super) inner: &'a Arc<Inner>,
+    pub(super) request: &'a LockRequest<'a>,
+    pub(super) dir: String,
+}
+
+impl Queue<'_> {
+    fn name(&self) -> &str {
+        &self.request.lock.name
+    }
+}
+
+/// The keys ahead of the attempt's own: none when it holds, else the holder and the key just
+/// before its own (one entry when they are the same key).
+fn ahead(holder: Entry, before: Entry) -> Vec<Entry> {
+    if holder.key == before.key && holder.revision == before.revision {
+        vec![holder]
+    } else {
+        vec![holder, before]
+    }
+}
+
+impl Driver for Queue<'_> {
+    type Entry = Entry;
+    type Attempt = Attempt;
+    type Fault = Fault;
+
+    const ENTER_AGAIN: bool = true;
+    const PAUSE: Duration = RETRY;
+
+    async fn enter(
+        &self,
+        attempt: &mut Attempt,
+        _sight: Sight,
+    ) -> Result<Option<Vec<Entry>>, Fault> {
+        let owner = self.request.owner;
+        let session = &self.inner.session;
+        let created = recipe::create(session, &self.dir, &attempt.key, owner).await?;
+        let mine = created.revision;
+        attempt.revision = Some(mine);
+        if created.holder.revision == mine {
+            return Ok(Some(Vec::new()));
+        }
+        match created.before {
+            Some(before) => Ok(Some(ahead(created.holder, before))),
+            None => Err(Fault::Malformed("a holder but no key before ours")),
+        }
+    }
+
+    async fn look(
+        &self,
+        attempt: &mut Attempt,
+        _sight: Sight,
+    ) -> Result<Option<Vec<Entry>>, Fault> {
+        let session = &self.inner.session;
+        let Some(mine) = attempt.revision else {
+            return Ok(None);
+        };
+        // Even when the key before ours was the holder, ours is read again before it counts
+        // as the holder: the lease may have been revoked meanwhile, which no deadline of ours
+        // bounds (etcd-io/etcd#11456; tested by `a_waiter_whose_lease_ends_does_not_acquire`).
+        Ok(
+            match recipe::place(session, &self.dir, &attempt.key, mine).await? {
+                Some(Place::Holder) => Some(Vec::new()),
+                Some(Place::Behind { holder, before }) => Some(ahead(holder, before)),
+                None => None,
+            },
+        )
+    }
+
+    async fn behind(
+        &self,
+        _attempt: &mut Attempt,
+        holder: &Entry,
+        on: &Entry,
+        wait: Wait,
+    ) -> Result<Turn, Error> {
+        // The holder may be this owner in another client.
+        self.inner.foreign(self.request.owner, holder)?;
+        if matches!(wait, Wait::No) {
+            return Ok(Turn::GiveUp);
+        }
+        match recipe::wait_for(&self.inner.session, on, wait.deadline()).await {
+            Ok(Wake::Gone | Wake::Again) => Ok(Turn::Again),
+            Ok(Wake::Deadline) => Ok(Turn::GiveUp),
+            Err(f) if self.transient(&f) => Ok(Turn::Retry),
+            Err(f) => Err(self.fail(f)),
+        }
+    }
+
+    async fn undo(&self, attempt: &mut Attempt) -> Result<(), Fault> {
+        let session = &self.inner.session;
+        recipe::delete(session, &attempt.key, attempt.revision)
+            .await
+            .map(drop)
+    }
+
+    fn undo_later(&self, mut attempt: Attempt) {
+        let inner = self.inner.clone();
+        let background = inner.background.clone();
+        self.inner.background.finish(async move {
+            let (key, revision) = (&attempt.key, attempt.revision);
+            if let Err(e) = recipe::delete(&inner.session, key, revision).await {
+                background.failed();
+                tracing::warn!(key, error = %e, "undo of a given-up attempt failed; the key goes with the lease");
+            }
+            inner.slots.put_back(attempt.slot.take());
+        });
+    }
+
+    fn undone(&self, mut attempt: Attempt) {
+        self.inner.slots.put_back(attempt.slot.take());
+    }
+
+    fn transient(&self, fault: &Fault) -> bool {
+        fault.transient() && !self.inner.session.ended.is_cancelled()
+    }
+
+    fn fail(&self, fault: Fault) -> Error {
+        self.inner.fail(Some(self.name()), fault)
+    }
+
+    fn vanished(&self) -> Error {
+        Error::Unavailable {
+            lock: Some(self.name().to_owned()),
+            server: self.inner.session.server.clone(),
+            detail: "the attempt's key vanished while it waited (lease expired or revoked, or \
+                     the key was deleted)"
+                .into(),
+        }
+    }
+}

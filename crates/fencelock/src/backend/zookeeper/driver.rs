@@ -1,0 +1,242 @@
+//! ZooKeeper's side of the shared queue recipe (`backend::queue`): Curator's protected
+//! creation with the listing sent right behind the create (or, on a folder this client last
+//! held alone, the create alone: `quiet`), the queue listed with a watch on the folder, and a
+//! waiter's read with a watch of the node just before its own, which also reads the holder's
+//! node once to refuse queueing behind this owner's holding in another session.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use super::quiet::Taken;
+use super::recipe::{self, Listing, Node};
+use super::{Inner, RETRY, SERVICE};
+use crate::backend::queue::rule::Sight;
+use crate::backend::queue::{Driver, Turn};
+use crate::backend::{LockRequest, Wait};
+use crate::error::Error;
+
+/// An attempt's node until it holds the lock or is removed.
+pub(super) struct Attempt {
+    pub(super) dir: String,
+    pub(super) guid: String,
+    pub(super) node: Option<Node>,
+    /// The holder was checked not to be this owner in another session.
+    pub(super) checked: bool,
+    /// The folder watch of the last listing, and whether that listing showed the node alone.
+    pub(super) watcher: Option<(zk::OneshotWatcher, bool)>,
+    /// Taken on the fast path (see `quiet`).
+    pub(super) fast: Option<Taken>,
+}
+
+/// One acquire's view of the lock's queue.
+pub(super) struct Queue<'a> {
+    pub(super) inner: &'a Arc<Inner>,
+    pub(super) request: &'a LockRequest<'a>,
+}
+
+impl Queue<'_> {
+    fn name(&self) -> &str {
+        &self.request.lock.name
+    }
+
+    /// Keeps the folder watch of a listing that did not make the attempt the holder until it
+    /// fires (at the queue's next change): dropping it early would cost a request to remove
+    /// it from the server.
+    fn park(&self, attempt: &mut Attempt) {
+        if let Some((watcher, _)) = attempt.watcher.take() {
+            self.inner.background.linger(async move {
+                watcher.changed().await;
+            });
+        }
+    }
+
+    /// The nodes ahead of the attempt's own in a listing (as much as `sight` asks for);
+    /// `None` if its own is not in it. Keeps the listing's watch in the attempt.
+    fn ahead(&self, attempt: &mut Attempt, listing: Listing, sight: Sight) -> Option<Vec<String>> {
+        self.park(attempt);
+        let node = attempt.node.as_ref()?;
+        let children = listing.children;
+        let at = children.iter().position(|c| c == node.name())?;
+        attempt.watcher = Some((listing.watcher, children.len() == 1));
+        let path = |c: &String| format!("{}/{c}", attempt.dir);
+        Some(match (sight, at) {
+            (_, 0) => Vec::new(),
+            (Sight::Ends, 1) => vec![path(&children[0])],
+            (Sight::Ends, _) => vec![path(&children[0]), path(&children[at - 1])],
+            (Sight::All, _) => children[..at].iter().map(path).collect(),
+        })
+    }
+
+    /// Whether a failed request is tried again: a waiter outlives a connection loss while its
+    /// session and its deadline do.
+    fn again(&self, wait: Wait, e: &zk::Error) -> bool {
+        matches!(wait, Wait::Until(_))
+            && self.transient(e)
+            && wait.deadline().is_none_or(|at| Instant::now() < at)
+    }
+
+    /// Refuses to queue behind a holding of this owner id in another session (the holder's
+    /// node as read: data and stat, `None` if gone); marks the check done otherwise.
+    fn refuse_foreign(
+        &self,
+        attempt: &mut Attempt,
+        read: Result<Option<(Vec<u8>, zk::Stat)>, zk::Error>,
+    ) -> Result<(), Error> {
+        match read {
+            Ok(Some((data, stat)))
+                if data == self.request.owner.as_bytes()
+                    && stat.ephemeral_owner != self.inner.session.id =>
+            {
+                Err(Error::Unsupported {
+                    service: SERVICE,
+                    what: "re-entry by an owner id that another ZooKeeper session holds",
+                    why: "a ZooKeeper lock is an ephemeral node owned by one session; re-entry \
+                          is counted in the client that holds it (Lock::with_owner works \
+                          across processes on Redis only)",
+                })
+            }
+            Ok(_) | Err(zk::Error::NoNode) => {
+                attempt.checked = true;
+                Ok(())
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+}
+
+impl Driver for Queue<'_> {
+    type Entry = String;
+    type Attempt = Attempt;
+    type Fault = zk::Error;
+
+    const ENTER_AGAIN: bool = false;
+    const PAUSE: std::time::Duration = RETRY;
+
+    /// On a folder this client last held alone, and still calm, the create goes without the
+    /// listing, and the attempt may hold the lock at once (see `quiet`); otherwise the
+    /// listing goes right behind the create.
+    async fn enter(
+        &self,
+        attempt: &mut Attempt,
+        sight: Sight,
+    ) -> Result<Option<Vec<String>>, zk::Error> {
+        let (inner, dir) = (self.inner, &attempt.dir);
+        let taken = inner.quiet.take(dir);
+        if taken.is_none() {
+            inner.quiet.end(dir);
+        }
+        let list = taken.is_none();
+        let owner = self.request.owner;
+        let created = recipe::create(&inner.session, dir, &attempt.guid, owner, list).await;
+        let (node, listed) = created?;
+        let seq = node.seq;
+        attempt.node = Some(node);
+        if let Some(taken) = taken {
+            if taken.check(seq) {
+                attempt.fast = Some(taken);
+                return Ok(Some(Vec::new()));
+            }
+            // Dropped here, which ends the calm before the listing is sent.
+        }
+        Ok(listed.and_then(|listing| self.ahead(attempt, listing, sight)))
+    }
+
+    async fn look(
+        &self,
+        attempt: &mut Attempt,
+        sight: Sight,
+    ) -> Result<Option<Vec<String>>, zk::Error> {
+        let listing = self.inner.list(&attempt.dir).await?;
+        Ok(self.ahead(attempt, listing, sight))
+    }
+
+    /// The first time, it also reads the holder's node, in the same round trip as the
+    /// watch, to refuse queueing behind a holding of the same owner id in another session
+    /// (a second process cannot re-enter, i.e. own, another session's node). A generated
+    /// owner id is this client's alone, and skips the check.
+    async fn behind(
+        &self,
+        attempt: &mut Attempt,
+        holder: &String,
+        on: &String,
+        wait: Wait,
+    ) -> Result<Turn, Error> {
+        self.park(attempt);
+        let session = &self.inner.session;
+        let sent = Instant::now();
+        let holder_read = (!attempt.checked && (holder != on || matches!(wait, Wait::No)))
+            .then(|| session.answer(sent, session.zk.get_data(holder)));
+        if matches!(wait, Wait::No) {
+            if let Some(read) = holder_read {
+                self.refuse_foreign(attempt, read.await.map(Some))?;
+            }
+            return Ok(Turn::GiveUp);
+        }
+        let watched = recipe::watch(session, on);
+        let (holder_read, watched) = match holder_read {
+            Some(read) => {
+                let (read, watched) = tokio::join!(read, watched);
+                (Some(read.map(Some)), watched)
+            }
+            None => (None, watched.await),
+        };
+        let watched = match watched {
+            Err(e) if self.again(wait, &e) => return Ok(Turn::Retry),
+            watched => watched.map_err(|e| self.fail(e))?,
+        };
+        if !attempt.checked {
+            let read = holder_read
+                .unwrap_or_else(|| Ok(watched.as_ref().map(|w| (w.data.clone(), w.stat))));
+            match self.refuse_foreign(attempt, read) {
+                Err(Error::Unavailable { .. }) if self.again(wait, &zk::Error::Timeout) => {
+                    return Ok(Turn::Retry)
+                }
+                checked => checked?,
+            }
+        }
+        let Some(watched) = watched else {
+            return Ok(Turn::Again);
+        };
+        match recipe::wait_for(session, watched.watcher, wait.deadline()).await {
+            Ok(true) => Ok(Turn::Again),
+            Ok(false) => Ok(Turn::GiveUp),
+            Err(e) if self.again(wait, &e) => Ok(Turn::Retry),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    async fn undo(&self, attempt: &mut Attempt) -> Result<(), zk::Error> {
+        let node = attempt.node.as_ref().map(|n| n.path.as_str());
+        recipe::undo(&self.inner.session, &attempt.dir, &attempt.guid, node).await
+    }
+
+    fn undo_later(&self, attempt: Attempt) {
+        let (session, background) = (self.inner.session.clone(), self.inner.background.clone());
+        self.inner.background.finish(async move {
+            let (dir, guid) = (&attempt.dir, &attempt.guid);
+            let node = attempt.node.as_ref().map(|n| n.path.as_str());
+            if let Err(e) = recipe::undo_until_done(&session, dir, guid, node, RETRY).await {
+                background.failed();
+                tracing::warn!(dir, error = %e, "undo of a given-up attempt failed; its node goes with the session");
+            }
+        });
+    }
+
+    fn transient(&self, e: &zk::Error) -> bool {
+        recipe::connection_lost(e) && !self.inner.session.ended.is_cancelled()
+    }
+
+    fn fail(&self, e: zk::Error) -> Error {
+        self.inner.fail(Some(self.name()), e)
+    }
+
+    fn vanished(&self) -> Error {
+        Error::Unavailable {
+            lock: Some(self.name().to_owned()),
+            server: self.inner.session.server.clone(),
+            detail: "the attempt's node vanished while it waited (session lost?)".into(),
+        }
+    }
+}
