@@ -126,10 +126,24 @@ impl Inner {
 
     /// The lock's children in queue order with their data, read in one multi-read; a node
     /// deleted between the listing and the read is left out.
+    ///
+    /// The listing follows a `sync`, sent in the same round trip: a session reads from its
+    /// own member of the ensemble, which may not have applied yet what another client's
+    /// acknowledged write did (an attempt undone, a lock released), and status, release by
+    /// owner and force-unlock must see the lock as it is.
     async fn children(&self, name: &str) -> Result<Children, Error> {
         let dir = self.dir(name);
         let fail = |e| self.fail(Some(name), e);
-        let listed = match self.session.call(|zk| zk.list_children(&dir)).await {
+        let listed = self.session.call(|zk| {
+            // Both are sent now, in this order; the session answers them in order.
+            let synced = zk.sync("/");
+            let listed = zk.list_children(&dir);
+            async move {
+                synced.await?;
+                listed.await
+            }
+        });
+        let listed = match listed.await {
             Err(zk::Error::NoNode) => Vec::new(),
             other => other.map_err(fail)?,
         };
