@@ -21,6 +21,8 @@ ensure_servers() {
   command -v etcd >/dev/null || missing+=(etcd-server)
   command -v etcdctl >/dev/null || missing+=(etcd-client)
   command -v protoc >/dev/null || missing+=(protobuf-compiler)
+  # The CLI's terminal tests drive `fencelock run` through a pseudo-terminal (python's pty).
+  command -v python3 >/dev/null || missing+=(python3)
   [ ${#missing[@]} -eq 0 ] && return 0
   local sudo=""
   if [ "$(id -u)" -ne 0 ]; then
