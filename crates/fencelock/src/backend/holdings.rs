@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use super::{Held, LockRequest, Released};
 use crate::background::Background;
-use crate::error::Error;
+use crate::error::{Error, InputError};
 use crate::lease::{LeaseState, LostReason};
+use crate::options::LockOptions;
 
 /// One holding: a lock node (key) of this session and the holds (guards) over it.
 struct Holding {
@@ -360,6 +361,29 @@ where
             tokio::time::sleep(DELETE_AGAIN).await;
         }
     });
+}
+
+/// Refuses, before any I/O, the per-lock options a session service has no use for: its
+/// session (or lease) is the lease of every lock it holds, and it answers a write only after
+/// a quorum logged it. `quorum` and `session` say so in the service's words.
+pub(crate) fn refuse_per_lock_options(
+    options: &LockOptions,
+    quorum: &'static str,
+    session: &'static str,
+) -> Result<(), InputError> {
+    if options.replica_acks.is_some() {
+        return Err(InputError::InvalidOption {
+            option: "min_replica_acks",
+            reason: quorum,
+        });
+    }
+    if options.lease.is_some() {
+        return Err(InputError::InvalidOption {
+            option: "lease",
+            reason: session,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

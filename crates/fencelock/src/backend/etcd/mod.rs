@@ -24,7 +24,7 @@ use self::recipe::Entry;
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
 use super::current::{Current, Ends};
-use super::holdings::{Holdings, Sessioned};
+use super::holdings::{self, Holdings, Sessioned};
 use super::queue::{self, rule::First};
 use super::{
     Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
@@ -325,21 +325,12 @@ impl LockService for Etcd {
 
     /// Options that mean nothing here are refused: the client's lease is the lock's.
     fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
-        if options.replica_acks.is_some() {
-            return Err(InputError::InvalidOption {
-                option: "min_replica_acks",
-                reason: "a Redis option; etcd answers a write only after a quorum of the \
-                         cluster logged it",
-            });
-        }
-        if options.lease.is_some() {
-            return Err(InputError::InvalidOption {
-                option: "lease",
-                reason: "etcd locks last as long as the client's lease; set its TTL with \
-                         ClientOptions::default_lease instead",
-            });
-        }
-        Ok(())
+        holdings::refuse_per_lock_options(
+            options,
+            "a Redis option; etcd answers a write only after a quorum of the cluster logged it",
+            "etcd locks last as long as the client's lease; set its TTL with \
+             ClientOptions::default_lease instead",
+        )
     }
 
     fn acquire<'a>(

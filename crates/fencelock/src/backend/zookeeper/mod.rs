@@ -25,7 +25,7 @@ use self::quiet::{Holder, Quiet, Slot, Taken};
 use self::recipe::Node;
 use self::session::Session;
 use super::current::{Current, Ends};
-use super::holdings::{Holdings, Sessioned};
+use super::holdings::{self, Holdings, Sessioned};
 use super::queue::{self, rule::First};
 use super::{
     Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
@@ -422,21 +422,13 @@ impl LockService for ZooKeeper {
 
     /// Options that mean nothing here are refused: the session is the lease.
     fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
-        if options.replica_acks.is_some() {
-            return Err(InputError::InvalidOption {
-                option: "min_replica_acks",
-                reason: "a Redis option; ZooKeeper answers a write only after a quorum of the \
-                         ensemble logged it",
-            });
-        }
-        if options.lease.is_some() {
-            return Err(InputError::InvalidOption {
-                option: "lease",
-                reason: "ZooKeeper locks last as long as the client's session; set the session \
-                         timeout with ClientOptions::default_lease instead",
-            });
-        }
-        Ok(())
+        holdings::refuse_per_lock_options(
+            options,
+            "a Redis option; ZooKeeper answers a write only after a quorum of the ensemble \
+             logged it",
+            "ZooKeeper locks last as long as the client's session; set the session timeout \
+             with ClientOptions::default_lease instead",
+        )
     }
 
     fn acquire<'a>(
