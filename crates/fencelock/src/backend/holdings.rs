@@ -8,10 +8,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::{Held, LockRequest, Released};
+use tokio::time::Instant;
+
+use super::{Ctx, Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, InputError};
-use crate::lease::{LeaseState, LostReason};
+use crate::lease::{Hold, LeaseState, LostReason};
 use crate::options::LockOptions;
 
 /// One holding: a lock node (key) of this session and the holds (guards) over it.
@@ -384,6 +386,26 @@ pub(crate) fn refuse_per_lock_options(
         });
     }
     Ok(())
+}
+
+/// A hold granted on a session service: the session's length is its lease and the session's
+/// deadline its deadline, and the watchdog never renews it (the session is kept alive by the
+/// service). The core builds its state (`Ctx::grant`); the caller attaches it to its session.
+pub(crate) fn session_lease(
+    ctx: &Ctx,
+    request: &LockRequest<'_>,
+    (length, deadline): (Duration, Instant),
+    token: u64,
+) -> Arc<LeaseState> {
+    let hold = Hold {
+        lock: request.lock.clone(),
+        owner: request.owner.clone(),
+        lease: length,
+        renew: false,
+        id: rand::random(),
+        token,
+    };
+    ctx.grant(hold, deadline, deadline)
 }
 
 #[cfg(test)]

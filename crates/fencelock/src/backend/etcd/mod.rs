@@ -31,7 +31,7 @@ use super::{
 };
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
-use crate::lease::{Hold, LeaseState};
+use crate::lease::LeaseState;
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::BoxFuture;
@@ -260,16 +260,8 @@ impl Inner {
 
     /// A hold's lease: the client lease's TTL and deadline, never renewed by the watchdog.
     fn lease(&self, ctx: &Ctx, request: &LockRequest<'_>, token: u64) -> Arc<LeaseState> {
-        let hold = Hold {
-            lock: request.lock.clone(),
-            owner: request.owner.clone(),
-            lease: self.session.ttl,
-            renew: false,
-            id: rand::random(),
-            token,
-        };
-        let deadline = self.session.deadline();
-        let lease = ctx.grant(hold, deadline, deadline);
+        let times = (self.session.ttl, self.session.deadline());
+        let lease = holdings::session_lease(ctx, request, times, token);
         self.session.register(&lease);
         lease
     }

@@ -32,7 +32,7 @@ use super::{
 };
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
-use crate::lease::{Hold, LeaseState};
+use crate::lease::LeaseState;
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::BoxFuture;
@@ -269,16 +269,8 @@ impl Inner {
 
     /// A hold's lease: the session's timeout and deadline, never renewed by the watchdog.
     fn lease(&self, ctx: &Ctx, request: &LockRequest<'_>, token: u64) -> Arc<LeaseState> {
-        let hold = Hold {
-            lock: request.lock.clone(),
-            owner: request.owner.clone(),
-            lease: self.session.timeout,
-            renew: false,
-            id: rand::random(),
-            token,
-        };
-        let deadline = self.session.deadline();
-        let lease = ctx.grant(hold, deadline, deadline);
+        let times = (self.session.timeout, self.session.deadline());
+        let lease = holdings::session_lease(ctx, request, times, token);
         self.session.register(&lease);
         lease
     }
