@@ -26,45 +26,6 @@ async fn until_keys(endpoints: &str, name: &str, n: usize) {
     .await
 }
 
-/// A lease revoked behind the holder's back (an operator, `etcdctl lease revoke`) fires
-/// `lost()`; the client then grants itself a new lease at its next operation (as it does
-/// after an expiry), so it locks again, with a larger token and a key of the new lease, and
-/// the old guard's release finds nothing to give back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn revoked_lease_fires_lost_and_the_client_goes_on_with_a_new_one() {
-    let etcd = server();
-    let (url, eps) = (etcd.url(), etcd.endpoints());
-    within(30.0, "revoke", async {
-        let a = client_at(&url, 10_000).await;
-        let held = a.lock("r").acquire().await.unwrap();
-        let (_, _, old_lease) = etcd_keys(&eps, "r").await.remove(0);
-        let lease = format!("{old_lease:x}");
-        let eps2 = eps.clone();
-        tokio::task::spawn_blocking(move || etcdctl(&eps2, &["lease", "revoke", &lease]))
-            .await
-            .unwrap()
-            .expect("etcdctl lease revoke");
-        within(5.0, "lost after the revoke", held.lost()).await;
-        assert!(!held.is_held());
-        assert!(etcd_keys(&eps, "r").await.is_empty());
-        let again = a.lock("r").try_acquire().await.unwrap().expect("free");
-        assert!(again.fencing_token() > held.fencing_token());
-        let (_, _, new_lease) = etcd_keys(&eps, "r").await.remove(0);
-        assert_ne!(new_lease, old_lease, "the key is of a new lease");
-        let other = client_at(&url, 10_000).await;
-        let busy = other.lock("r").try_acquire().await.unwrap();
-        assert!(busy.is_err(), "the new holding excludes others");
-        assert_eq!(held.release().await.unwrap(), Released::NotHeld);
-        assert!(
-            again.is_held(),
-            "the old guard's release left the new holding alone"
-        );
-        assert_eq!(again.release().await.unwrap(), Released::Released);
-        assert!(etcd_keys(&eps, "r").await.is_empty());
-    })
-    .await;
-}
-
 /// `etcdctl lock` (etcd's concurrency.Mutex) and fencelock exclude each other on one name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn etcdctl_lock_interop() {
