@@ -1,5 +1,9 @@
 //! etcd as the lock service, against real etcd members from the test kit (Debian's
 //! etcd-server 3.4), and `etcdctl lock` for interop.
+//!
+//! What every service shares (exclusion, re-entry, waiting, cleanup, forced unlocks, pauses,
+//! failed and dropped releases, a revoked lease, the rounded TTL) is in `conformance.rs`, run
+//! on one member and on three; this file keeps what is etcd's own.
 #![cfg(feature = "etcd")]
 
 mod common;

@@ -4,6 +4,11 @@
 //! The fault tests at the end kill an ensemble's leader, lose a `create` reply (through the
 //! test kit's `TcpProxy`), partition a holder from a running server, and restart a standalone
 //! server.
+//!
+//! What every service shares (exclusion, re-entry, waiting, cleanup, forced unlocks, pauses,
+//! failed and dropped releases, the end of a session, the negotiated lease) is in
+//! `conformance.rs`, run on a standalone server and an ensemble; this file keeps what is
+//! ZooKeeper's own.
 #![cfg(feature = "zookeeper")]
 
 mod common;
