@@ -57,11 +57,6 @@ impl<T: Ends> Current<T> {
         Ok((current, warnings))
     }
 
-    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
-    pub(crate) fn target(&self) -> &T::Target {
-        &self.target
-    }
-
     /// The current one, as it is (ended or not): releases use it, since a hold of an ended
     /// one is in no later one's holdings.
     pub(crate) fn now(&self) -> Arc<T> {

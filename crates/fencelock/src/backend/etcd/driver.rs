@@ -12,6 +12,7 @@ use super::slots::Slot;
 use super::Inner;
 use crate::backend::queue::rule::Sight;
 use crate::backend::queue::{Driver, Turn};
+use crate::backend::session_service::SessionLocks;
 use crate::backend::{LockRequest, Wait};
 use crate::error::Error;
 

@@ -8,8 +8,11 @@
 //! - `recipe`: the keys (create if absent, the queue order, waiting on the key just before
 //!   one's own from the current revision, undo).
 //! - `driver`: etcd's side of the queue recipe shared with ZooKeeper (`super::queue`).
-//! - `ops`: releases, status, forced unlocks.
+//! - `ops`: a holding's key deleted, the lock's keys for status, release by owner and forced
+//!   unlocks, the holder's remaining TTL.
 //! - `audit`: holdings whose key was deleted behind the client's back (a forced unlock).
+//! - here: the lease (`Inner`) as a `super::session_service::SessionLocks`, which the shared
+//!   `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with
 //!   ZooKeeper).
 //!
@@ -23,17 +26,15 @@ use self::driver::{Attempt, Queue};
 use self::recipe::Entry;
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
-use super::current::{Current, Ends};
-use super::holdings::{self, Holdings, Sessioned};
+use super::current::Ends;
+use super::holdings::{self, Closing, Holdings};
 use super::queue::{self, rule::First};
-use super::{
-    Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
-};
+use super::session_service::{Listed, SessionLocks, SessionService, Words};
+use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released, Wait};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
 use crate::lease::LeaseState;
-use crate::name::LockName;
-use crate::options::{ClientOptions, LockOptions};
+use crate::options::ClientOptions;
 use crate::watchdog::BoxFuture;
 
 mod audit;
@@ -44,15 +45,6 @@ mod session;
 mod slots;
 mod url;
 
-/// The service's name in errors.
-const SERVICE: &str = "etcd";
-
-/// The etcd lock service of one client.
-pub(crate) struct Etcd {
-    /// The current lease with its holdings, replaced by a new one once it has ended.
-    current: Current<Inner>,
-}
-
 /// What background work needs of the service.
 struct Inner {
     session: Arc<Session>,
@@ -61,34 +53,6 @@ struct Inner {
     background: Background,
     slots: Slots,
     prefix: String,
-}
-
-impl Etcd {
-    /// Connects and grants the client's lease. Checks the URL (and that a password has a
-    /// user to go with) before any I/O.
-    pub(crate) async fn connect(
-        url: &str,
-        options: &ClientOptions,
-        background: &Background,
-    ) -> Result<(Self, Vec<Warning>), Error> {
-        let target = url::parse_target(url)?;
-        if options.password.is_some() && target.user.is_none() {
-            return Err(InputError::InvalidUrl {
-                url: crate::redact_url(url),
-                reason: "a password (ClientOptions::password, FENCELOCK_PASSWORD) needs the etcd \
-                         user in the URL: etcd://user@host:port"
-                    .into(),
-            }
-            .into());
-        }
-        let (current, warnings) = Current::open(target, options, background).await?;
-        Ok((Self { current }, warnings))
-    }
-
-    /// The current lease, or a new one if it has ended (expired or revoked).
-    async fn inner(&self) -> Result<Arc<Inner>, Error> {
-        self.current.live().await
-    }
 }
 
 /// The lease ends with the last handle on what lives in it (also one that was opened and
@@ -145,9 +109,38 @@ impl Ends for Inner {
     }
 }
 
-impl Inner {
+impl SessionLocks for Inner {
+    type Fault = Fault;
+    const SERVICE: &'static str = "etcd";
+    /// The client's lease is the lease of every lock it holds.
+    const WORDS: Words = Words {
+        quorum: "a Redis option; etcd answers a write only after a quorum of the cluster logged it",
+        session: "etcd locks last as long as the client's lease; set its TTL with \
+                  ClientOptions::default_lease instead",
+        held_elsewhere: "releasing a lock that another etcd client holds",
+        only_its_client: "the lock is a key under the holder's lease; only that client \
+                          releases it (or Client::force_unlock deletes it)",
+    };
+
+    /// A lock name must be one key segment below the prefix.
+    fn check_name(name: &str) -> Result<(), InputError> {
+        url::check_name(name)
+    }
+
+    fn server(&self) -> String {
+        self.session.server.clone()
+    }
+
+    fn holdings(&self) -> &Holdings {
+        &self.holdings
+    }
+
+    fn background(&self) -> &Background {
+        &self.background
+    }
+
     /// An etcd failure as fencelock's error.
-    pub(super) fn fail(&self, lock: Option<&str>, fault: Fault) -> Error {
+    fn fail(&self, lock: Option<&str>, fault: Fault) -> Error {
         let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());
         match fault {
             Fault::Malformed(_) => Error::Protocol {
@@ -173,14 +166,6 @@ impl Inner {
                 detail: format!("etcd: {fault}"),
             },
         }
-    }
-
-    /// Before a new attempt: the lease must still be usable.
-    fn alive(&self, lock: &str) -> Result<(), Error> {
-        if self.session.ended.is_cancelled() {
-            return Err(self.fail(Some(lock), Fault::Ended));
-        }
-        Ok(())
     }
 
     async fn acquire(
@@ -231,6 +216,38 @@ impl Inner {
         }
     }
 
+    async fn delete_holding(self: Arc<Self>, closing: Closing) -> Result<Released, Fault> {
+        self.delete_entry(&closing).await
+    }
+
+    async fn queue(&self, name: &str) -> Result<Vec<Listed>, Error> {
+        self.listed(name).await
+    }
+
+    /// That revision only.
+    async fn delete_head(&self, head: &Listed) -> Result<bool, Fault> {
+        recipe::delete(&self.session, &head.path, Some(head.token)).await
+    }
+
+    async fn remaining(&self, head: &Listed) -> Option<Duration> {
+        self.ttl_left(head.session).await
+    }
+
+    /// Keys of other clients (`etcdctl lock`) store no owner id: their lease stands for it.
+    fn shown(entry: &Listed) -> String {
+        recipe::owner_or_lease(&entry.owner, entry.session)
+    }
+}
+
+impl Inner {
+    /// Before a new attempt: the lease must still be usable.
+    fn alive(&self, lock: &str) -> Result<(), Error> {
+        if self.session.ended.is_cancelled() {
+            return Err(self.fail(Some(lock), Fault::Ended));
+        }
+        Ok(())
+    }
+
     /// The refusal of an owner that holds the lock while no keep-alive was answered within
     /// the lease TTL (see `Holdings::start`).
     fn unheard(&self, name: &str) -> Error {
@@ -248,7 +265,7 @@ impl Inner {
     pub(super) fn foreign(&self, owner: &str, holder: &Entry) -> Result<(), Error> {
         if holder.owner == owner && holder.lease != self.session.lease {
             return Err(Error::Unsupported {
-                service: SERVICE,
+                service: Self::SERVICE,
                 what: "re-entry by an owner id that another etcd client holds",
                 why: "an etcd lock is a key under one client's lease; re-entry is counted in \
                       the client that holds it (Lock::with_owner works across processes on \
@@ -293,78 +310,20 @@ impl Inner {
     }
 }
 
-/// Connects etcd (its registry line): one URL that lists the servers.
+/// Connects etcd (its registry line): one URL that lists the servers. Checks the URL (and
+/// that a password has a user to go with) before any I/O, then grants the client's lease.
 pub(crate) fn connect(c: Connecting<'_>) -> BoxFuture<'_, Result<Connected, Error>> {
     Box::pin(async move {
-        let (etcd, warnings) = Etcd::connect(c.url(), c.options, c.background).await?;
-        Ok((Arc::new(etcd) as Arc<dyn LockService>, warnings))
+        let target = url::parse_target(c.url())?;
+        if c.options.password.is_some() && target.user.is_none() {
+            return Err(InputError::InvalidUrl {
+                url: crate::redact_url(c.url()),
+                reason: "a password (ClientOptions::password, FENCELOCK_PASSWORD) needs the etcd \
+                         user in the URL: etcd://user@host:port"
+                    .into(),
+            }
+            .into());
+        }
+        SessionService::<Inner>::connect(target, c.options, c.background).await
     })
-}
-
-impl LockService for Etcd {
-    fn name(&self) -> &'static str {
-        SERVICE
-    }
-
-    fn server(&self) -> String {
-        self.current.now().session.server.clone()
-    }
-
-    /// A lock name must be one key segment below the prefix.
-    fn check_name(&self, name: &str) -> Result<(), InputError> {
-        url::check_name(name)
-    }
-
-    /// Options that mean nothing here are refused: the client's lease is the lock's.
-    fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
-        holdings::refuse_per_lock_options(
-            options,
-            "a Redis option; etcd answers a write only after a quorum of the cluster logged it",
-            "etcd locks last as long as the client's lease; set its TTL with \
-             ClientOptions::default_lease instead",
-        )
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        request: &'a LockRequest<'a>,
-        wait: Wait,
-    ) -> BoxFuture<'a, Result<Acquired, Error>> {
-        Box::pin(async move { self.inner().await?.acquire(ctx, request, wait).await })
-    }
-
-    fn release<'a>(
-        &'a self,
-        _ctx: &'a Ctx,
-        lease: &'a Arc<LeaseState>,
-    ) -> BoxFuture<'a, Result<Released, Error>> {
-        Box::pin(async move {
-            // A hold of an ended lease is in no later lease's holdings: `NotHeld`.
-            let hold = &lease.hold;
-            self.current
-                .now()
-                .give_back(&hold.lock.name, &hold.owner, Some(hold.id))
-                .await
-        })
-    }
-
-    fn release_owner<'a>(
-        &'a self,
-        lock: &'a Arc<LockName>,
-        owner: &'a Arc<str>,
-    ) -> BoxFuture<'a, Result<Released, Error>> {
-        Box::pin(async move { self.inner().await?.release_owner(&lock.name, owner).await })
-    }
-
-    fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
-        Box::pin(async move { self.inner().await?.status(&lock.name).await })
-    }
-
-    fn force_unlock<'a>(
-        &'a self,
-        lock: &'a Arc<LockName>,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
-        Box::pin(async move { self.inner().await?.force_unlock(&lock.name).await })
-    }
 }

@@ -9,6 +9,10 @@
 //! - `driver`: ZooKeeper's side of the queue recipe shared with etcd (`super::queue`).
 //! - `quiet`: the uncontended fast path: folders whose last holding by this client was alone,
 //!   and the watch proving nobody touched them since (an acquire then skips the listing).
+//! - `ops`: a holding's node deleted, the lock's children for status, release by owner and
+//!   forced unlocks.
+//! - here: the session (`Inner`) as a `super::session_service::SessionLocks`, which the
+//!   shared `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with etcd).
 //!
 //! The fencing token is the lock node's creation zxid (`czxid`): ZooKeeper's transaction ids
@@ -24,17 +28,15 @@ use self::driver::{Attempt, Queue};
 use self::quiet::{Holder, Quiet, Slot, Taken};
 use self::recipe::Node;
 use self::session::Session;
-use super::current::{Current, Ends};
-use super::holdings::{self, Holdings, Sessioned};
+use super::current::Ends;
+use super::holdings::{self, Closing, Holdings};
 use super::queue::{self, rule::First};
-use super::{
-    Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
-};
+use super::session_service::{Listed, SessionLocks, SessionService, Words};
+use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released, Wait};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
 use crate::lease::LeaseState;
-use crate::name::LockName;
-use crate::options::{ClientOptions, LockOptions};
+use crate::options::ClientOptions;
 use crate::watchdog::BoxFuture;
 
 mod driver;
@@ -47,15 +49,6 @@ mod url;
 /// How long a waiter pauses before asking again after a connection loss.
 pub(super) const RETRY: Duration = Duration::from_millis(100);
 
-/// The service's name in errors.
-pub(super) const SERVICE: &str = "ZooKeeper";
-
-/// The ZooKeeper lock service of one client.
-pub(crate) struct ZooKeeper {
-    /// The current session with its holdings, replaced by a new one once it has ended.
-    current: Current<Inner>,
-}
-
 /// One session and what lives in it; background work holds it.
 struct Inner {
     session: Arc<Session>,
@@ -65,29 +58,6 @@ struct Inner {
     base: String,
     /// Lock folders this client last held alone (the fast path).
     quiet: Arc<Quiet>,
-}
-
-impl ZooKeeper {
-    /// Opens the client's session and makes sure the base path exists.
-    pub(crate) async fn connect(
-        url: &str,
-        options: &ClientOptions,
-        background: &Background,
-    ) -> Result<(Self, Vec<Warning>), Error> {
-        let target = url::parse_target(url)?;
-        let (current, warnings) = Current::open(target, options, background).await?;
-        Ok((Self { current }, warnings))
-    }
-
-    /// The current session, as it is.
-    fn now(&self) -> Arc<Inner> {
-        self.current.now()
-    }
-
-    /// The current session, or a new one if it has ended.
-    async fn inner(&self) -> Result<Arc<Inner>, Error> {
-        self.current.live().await
-    }
 }
 
 /// The session ends with the last handle on what lives in it (also one that was opened and
@@ -153,14 +123,39 @@ impl Ends for Inner {
     }
 }
 
-impl Inner {
-    /// The lock's folder.
-    fn dir(&self, name: &str) -> String {
-        format!("{}/{name}", self.base)
+impl SessionLocks for Inner {
+    type Fault = zk::Error;
+    const SERVICE: &'static str = "ZooKeeper";
+    /// The session is the lease of every lock it holds.
+    const WORDS: Words = Words {
+        quorum: "a Redis option; ZooKeeper answers a write only after a quorum of the ensemble \
+                 logged it",
+        session: "ZooKeeper locks last as long as the client's session; set the session timeout \
+                  with ClientOptions::default_lease instead",
+        held_elsewhere: "releasing a lock that another ZooKeeper session holds",
+        only_its_client: "the lock is an ephemeral node of the holder's session; only that \
+                          client releases it (or Client::force_unlock deletes it)",
+    };
+
+    /// A lock name must be one node below the base path.
+    fn check_name(name: &str) -> Result<(), InputError> {
+        url::check_name(name)
+    }
+
+    fn server(&self) -> String {
+        self.session.server.clone()
+    }
+
+    fn holdings(&self) -> &Holdings {
+        &self.holdings
+    }
+
+    fn background(&self) -> &Background {
+        &self.background
     }
 
     /// A ZooKeeper failure as fencelock's error.
-    pub(super) fn fail(&self, lock: Option<&str>, e: zk::Error) -> Error {
+    fn fail(&self, lock: Option<&str>, e: zk::Error) -> Error {
         use zk::Error::*;
         let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());
         match e {
@@ -181,27 +176,6 @@ impl Inner {
                 detail: format!("ZooKeeper answered: {e}"),
             },
         }
-    }
-
-    /// Lists the lock's queue with a watch, once the folder's persistent watch is gone (see
-    /// `Quiet::end`).
-    pub(super) async fn list(&self, dir: &str) -> Result<recipe::Listing, zk::Error> {
-        self.quiet.end(dir);
-        recipe::list(&self.session, dir).await
-    }
-
-    /// Before a new attempt: the session must still be usable.
-    fn alive(&self, lock: &str) -> Result<(), Error> {
-        if self.session.ended.is_cancelled() {
-            return Err(Error::Unavailable {
-                lock: Some(lock.to_owned()),
-                server: self.session.server.clone(),
-                detail: "the ZooKeeper session expired or was closed; the next operation \
-                         opens a new session"
-                    .into(),
-            });
-        }
-        Ok(())
     }
 
     async fn acquire(
@@ -253,6 +227,50 @@ impl Inner {
                 detail: "a holding without its node or the listing that showed it first".into(),
             }),
         }
+    }
+
+    async fn delete_holding(self: Arc<Self>, closing: Closing) -> Result<Released, zk::Error> {
+        self.delete_entry(&closing).await
+    }
+
+    async fn queue(&self, name: &str) -> Result<Vec<Listed>, Error> {
+        self.children(name).await
+    }
+
+    async fn delete_head(&self, head: &Listed) -> Result<bool, zk::Error> {
+        match self.session.call(|zk| zk.delete(&head.path, None)).await {
+            Ok(()) => Ok(true),
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Inner {
+    /// The lock's folder.
+    fn dir(&self, name: &str) -> String {
+        format!("{}/{name}", self.base)
+    }
+
+    /// Lists the lock's queue with a watch, once the folder's persistent watch is gone (see
+    /// `Quiet::end`).
+    pub(super) async fn list(&self, dir: &str) -> Result<recipe::Listing, zk::Error> {
+        self.quiet.end(dir);
+        recipe::list(&self.session, dir).await
+    }
+
+    /// Before a new attempt: the session must still be usable.
+    fn alive(&self, lock: &str) -> Result<(), Error> {
+        if self.session.ended.is_cancelled() {
+            return Err(Error::Unavailable {
+                lock: Some(lock.to_owned()),
+                server: self.session.server.clone(),
+                detail: "the ZooKeeper session expired or was closed; the next operation \
+                         opens a new session"
+                    .into(),
+            });
+        }
+        Ok(())
     }
 
     /// The refusal of an owner that holds the lock while the server has not been heard from
@@ -390,79 +408,11 @@ enum Signal {
     Fast(Taken),
 }
 
-/// Connects ZooKeeper (its registry line): one URL that lists the servers.
+/// Connects ZooKeeper (its registry line): one URL that lists the servers. Opens the
+/// client's session and makes sure the base path exists.
 pub(crate) fn connect(c: Connecting<'_>) -> BoxFuture<'_, Result<Connected, Error>> {
     Box::pin(async move {
-        let (zookeeper, warnings) = ZooKeeper::connect(c.url(), c.options, c.background).await?;
-        Ok((Arc::new(zookeeper) as Arc<dyn LockService>, warnings))
+        let target = url::parse_target(c.url())?;
+        SessionService::<Inner>::connect(target, c.options, c.background).await
     })
-}
-
-impl LockService for ZooKeeper {
-    fn name(&self) -> &'static str {
-        SERVICE
-    }
-
-    fn server(&self) -> String {
-        self.current.target().hosts.clone()
-    }
-
-    /// A lock name must be one node below the base path.
-    fn check_name(&self, name: &str) -> Result<(), InputError> {
-        url::check_name(name)
-    }
-
-    /// Options that mean nothing here are refused: the session is the lease.
-    fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
-        holdings::refuse_per_lock_options(
-            options,
-            "a Redis option; ZooKeeper answers a write only after a quorum of the ensemble \
-             logged it",
-            "ZooKeeper locks last as long as the client's session; set the session timeout \
-             with ClientOptions::default_lease instead",
-        )
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        request: &'a LockRequest<'a>,
-        wait: Wait,
-    ) -> BoxFuture<'a, Result<Acquired, Error>> {
-        Box::pin(async move { self.inner().await?.acquire(ctx, request, wait).await })
-    }
-
-    fn release<'a>(
-        &'a self,
-        _ctx: &'a Ctx,
-        lease: &'a Arc<LeaseState>,
-    ) -> BoxFuture<'a, Result<Released, Error>> {
-        Box::pin(async move {
-            // A hold of an ended session is in no later session's holdings: `NotHeld`.
-            let hold = &lease.hold;
-            let inner = self.now();
-            inner
-                .give_back(&hold.lock.name, &hold.owner, Some(hold.id))
-                .await
-        })
-    }
-
-    fn release_owner<'a>(
-        &'a self,
-        lock: &'a Arc<LockName>,
-        owner: &'a Arc<str>,
-    ) -> BoxFuture<'a, Result<Released, Error>> {
-        Box::pin(async move { self.inner().await?.release_owner(&lock.name, owner).await })
-    }
-
-    fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
-        Box::pin(async move { self.inner().await?.status(&lock.name).await })
-    }
-
-    fn force_unlock<'a>(
-        &'a self,
-        lock: &'a Arc<LockName>,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
-        Box::pin(async move { self.inner().await?.force_unlock(&lock.name).await })
-    }
 }

@@ -1,0 +1,280 @@
+//! The lock service of the session services (ZooKeeper, etcd), written once: a
+//! [`SessionService`] runs each operation in the client's current session or lease
+//! (`super::current`), gives holds back through `super::holdings`, and reads status, releases
+//! by owner and forces unlocks from the lock's queue the same way for both. A service
+//! implements [`SessionLocks`] on its session with only what differs: its name rules, the
+//! words of its refusals, how it acquires (its `super::queue` driver), how it reads the queue,
+//! deletes its head and deletes a holding's entry.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::current::{Current, Ends};
+use super::holdings::{self, Closing, Holdings};
+use super::{Acquired, Connected, Ctx, LockRequest, LockService, RawStatus, Released, Wait};
+use crate::background::Background;
+use crate::error::{Error, InputError};
+use crate::lease::LeaseState;
+use crate::name::LockName;
+use crate::options::{ClientOptions, LockOptions};
+use crate::status::Waiter;
+use crate::watchdog::BoxFuture;
+
+/// What a session service refuses, in its own words.
+pub(crate) struct Words {
+    /// Why `min_replica_acks` means nothing here (a write is answered once a quorum logged it).
+    pub(crate) quorum: &'static str,
+    /// Why `LockOptions::lease` means nothing here (the session is the lease).
+    pub(crate) session: &'static str,
+    /// `Lock::release` of a lock this owner id holds in another session: what was asked ...
+    pub(crate) held_elsewhere: &'static str,
+    /// ... and why only that session's client can give it back.
+    pub(crate) only_its_client: &'static str,
+}
+
+/// An entry of a lock's queue, as status, release by owner and forced unlocks read it.
+pub(crate) struct Listed {
+    /// The node's path, or the key.
+    pub(crate) path: String,
+    /// The owner id the entry stores (empty where another client stores none).
+    pub(crate) owner: String,
+    /// The session (lease) it lives in, as [`Ends::id`] names it.
+    pub(crate) session: i64,
+    /// Its creation's zxid or revision: the holding's fencing token.
+    pub(crate) token: i64,
+    /// How long it has been queued, where the service tells (else zero).
+    pub(crate) age: Duration,
+}
+
+/// A session service's session (ZooKeeper's session, etcd's lease) and what lives in it: what
+/// differs between the session services. The rest is [`SessionService`]'s.
+pub(crate) trait SessionLocks: Ends + 'static {
+    /// Why a request failed.
+    type Fault: Send;
+    /// The service's name in errors.
+    const SERVICE: &'static str;
+    /// Its refusals' words.
+    const WORDS: Words;
+
+    /// The service's rules for lock names, checked before any I/O.
+    fn check_name(name: &str) -> Result<(), InputError>;
+    /// Where the session's servers are, for errors and logs.
+    fn server(&self) -> String;
+    /// The session's holdings (re-entry, counted in the client).
+    fn holdings(&self) -> &Holdings;
+    /// The client's background task.
+    fn background(&self) -> &Background;
+    /// A failure as fencelock's error.
+    fn fail(&self, lock: Option<&str>, fault: Self::Fault) -> Error;
+
+    /// Acquires in this session: re-enters the owner's holding, or takes the lock through the
+    /// queue (`super::queue`), waiting as `wait` says.
+    fn acquire(
+        self: &Arc<Self>,
+        ctx: &Ctx,
+        request: &LockRequest<'_>,
+        wait: Wait,
+    ) -> impl Future<Output = Result<Acquired, Error>> + Send;
+    /// Deletes a closing holding's node or key and settles it ([`Holdings::settle`]).
+    fn delete_holding(
+        self: Arc<Self>,
+        closing: Closing,
+    ) -> impl Future<Output = Result<Released, Self::Fault>> + Send;
+    /// The lock's queue in order, as the servers have it now.
+    fn queue(&self, name: &str) -> impl Future<Output = Result<Vec<Listed>, Error>> + Send;
+    /// Deletes the queue's head, that holding only: `Ok(false)` when it is gone already.
+    fn delete_head(&self, head: &Listed) -> impl Future<Output = Result<bool, Self::Fault>> + Send;
+    /// The head's remaining lease as the server counts it, where the service can tell.
+    fn remaining(&self, _head: &Listed) -> impl Future<Output = Option<Duration>> + Send {
+        std::future::ready(None)
+    }
+    /// An entry's owner as status shows it.
+    fn shown(entry: &Listed) -> String {
+        entry.owner.clone()
+    }
+
+    /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the holding's
+    /// node or key. A delete that fails, or that the caller stopped waiting for, closes the
+    /// holding to re-entry and goes on in the background until the entry is gone or the
+    /// session ends. A hold of an ended session is `NotHeld`, a re-entered lock's too.
+    fn give_back<'a>(
+        self: &'a Arc<Self>,
+        name: &'a str,
+        owner: &'a Arc<str>,
+        id: Option<u64>,
+    ) -> impl Future<Output = Result<Released, Error>> + Send + 'a {
+        async move {
+            if self.has_ended() {
+                return Ok(Released::NotHeld);
+            }
+            let delete = |service: Arc<Self>, closing| service.delete_holding(closing);
+            let (holdings, background) = (self.holdings(), self.background());
+            let hold = (name, owner, id);
+            let released = holdings::give_back(self, holdings, background, hold, delete).await;
+            released.map_err(|e| self.fail(Some(name), e))
+        }
+    }
+}
+
+/// A session service as the core sees it: the current session (lease) with its holdings,
+/// replaced by a new one once it has ended.
+pub(crate) struct SessionService<S: SessionLocks> {
+    current: Current<S>,
+}
+
+impl<S: SessionLocks> SessionService<S> {
+    /// Opens the client's first session at `target` (its URL checked already).
+    pub(crate) async fn connect(
+        target: S::Target,
+        options: &ClientOptions,
+        background: &Background,
+    ) -> Result<Connected, Error> {
+        let (current, warnings) = Current::open(target, options, background).await?;
+        Ok((Arc::new(Self { current }) as Arc<dyn LockService>, warnings))
+    }
+}
+
+impl<S: SessionLocks> LockService for SessionService<S> {
+    fn name(&self) -> &'static str {
+        S::SERVICE
+    }
+
+    fn server(&self) -> String {
+        self.current.now().server()
+    }
+
+    fn check_name(&self, name: &str) -> Result<(), InputError> {
+        S::check_name(name)
+    }
+
+    /// Options that mean nothing here are refused: the session is the lease of every lock.
+    fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
+        let option = if options.replica_acks.is_some() {
+            ("min_replica_acks", S::WORDS.quorum)
+        } else if options.lease.is_some() {
+            ("lease", S::WORDS.session)
+        } else {
+            return Ok(());
+        };
+        Err(InputError::InvalidOption {
+            option: option.0,
+            reason: option.1,
+        })
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        request: &'a LockRequest<'a>,
+        wait: Wait,
+    ) -> BoxFuture<'a, Result<Acquired, Error>> {
+        Box::pin(async move { self.current.live().await?.acquire(ctx, request, wait).await })
+    }
+
+    fn release<'a>(
+        &'a self,
+        _ctx: &'a Ctx,
+        lease: &'a Arc<LeaseState>,
+    ) -> BoxFuture<'a, Result<Released, Error>> {
+        Box::pin(async move {
+            // A hold of an ended session is in no later session's holdings: `NotHeld`.
+            let (hold, now) = (&lease.hold, self.current.now());
+            now.give_back(&hold.lock.name, &hold.owner, Some(hold.id))
+                .await
+        })
+    }
+
+    fn release_owner<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+        owner: &'a Arc<str>,
+    ) -> BoxFuture<'a, Result<Released, Error>> {
+        Box::pin(async move { release_owner(&self.current.live().await?, &lock.name, owner).await })
+    }
+
+    fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
+        Box::pin(async move { status(&*self.current.live().await?, &lock.name).await })
+    }
+
+    fn force_unlock<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
+        Box::pin(async move { force_unlock(&*self.current.live().await?, &lock.name).await })
+    }
+}
+
+/// `Lock::release`: the owner's newest hold in this client. A holding of this owner id in
+/// another session cannot be released from here (typed error); none is `NotHeld`.
+async fn release_owner<S: SessionLocks>(
+    session: &Arc<S>,
+    name: &str,
+    owner: &Arc<str>,
+) -> Result<Released, Error> {
+    if session.holdings().holds(name, owner) {
+        return session.give_back(name, owner, None).await;
+    }
+    match session.queue(name).await?.first() {
+        Some(head) if *head.owner == **owner && head.session != session.id() => {
+            Err(Error::Unsupported {
+                service: S::SERVICE,
+                what: S::WORDS.held_elsewhere,
+                why: S::WORDS.only_its_client,
+            })
+        }
+        _ => Ok(Released::NotHeld),
+    }
+}
+
+/// The holder (owner id, hold count if this client holds it, token, remaining lease where the
+/// service tells) and the waiters.
+async fn status<S: SessionLocks>(session: &S, name: &str) -> Result<RawStatus, Error> {
+    let mut queue = session.queue(name).await?.into_iter();
+    let Some(head) = queue.next() else {
+        return Ok(RawStatus {
+            remaining: None,
+            held: false,
+            last_token: None,
+            current_token: None,
+            owners: Vec::new(),
+            waiters: Vec::new(),
+        });
+    };
+    let count = session.holdings().count(name, &head.path).unwrap_or(1);
+    let token = u64::try_from(head.token).ok();
+    let waiters = queue
+        .map(|w| Waiter {
+            owner: S::shown(&w),
+            age: w.age,
+            window: Duration::ZERO,
+            remaining: Duration::ZERO,
+            expired: false,
+            unreadable: None,
+        })
+        .collect();
+    Ok(RawStatus {
+        remaining: session.remaining(&head).await,
+        held: true,
+        last_token: token,
+        current_token: token,
+        owners: vec![(S::shown(&head), count)],
+        waiters,
+    })
+}
+
+/// Deletes the holder's node or key (that holding only); the next waiter's watch fires and
+/// it takes the lock.
+async fn force_unlock<S: SessionLocks>(
+    session: &S,
+    name: &str,
+) -> Result<Vec<(String, u64)>, Error> {
+    let Some(head) = session.queue(name).await?.into_iter().next() else {
+        return Ok(Vec::new());
+    };
+    match session.delete_head(&head).await {
+        Ok(true) => Ok(vec![(S::shown(&head), 1)]),
+        Ok(false) => Ok(Vec::new()),
+        Err(e) => Err(session.fail(Some(name), e)),
+    }
+}
