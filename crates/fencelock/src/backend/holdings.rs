@@ -8,12 +8,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use super::{Ctx, Held, LockRequest, Released};
+use super::{Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::Error;
-use crate::lease::{Hold, LeaseState, LostReason};
+use crate::lease::{LeaseState, LostReason};
 
 /// One holding: a lock node (key) of this session and the holds (guards) over it.
 struct Holding {
@@ -321,26 +319,6 @@ where
             tokio::time::sleep(DELETE_AGAIN).await;
         }
     });
-}
-
-/// A hold granted on a session service: the session's length is its lease and the session's
-/// deadline its deadline, and the watchdog never renews it (the session is kept alive by the
-/// service). The core builds its state (`Ctx::grant`); the caller attaches it to its session.
-pub(crate) fn session_lease(
-    ctx: &Ctx,
-    request: &LockRequest<'_>,
-    (length, deadline): (Duration, Instant),
-    token: u64,
-) -> Arc<LeaseState> {
-    let hold = Hold {
-        lock: request.lock.clone(),
-        owner: request.owner.clone(),
-        lease: length,
-        renew: false,
-        id: rand::random(),
-        token,
-    };
-    ctx.grant(hold, deadline, deadline)
 }
 
 #[cfg(test)]

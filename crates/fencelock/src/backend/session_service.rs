@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use super::current::{Current, Ends};
 use super::holdings::{self, Closing, Holdings};
-use super::{Acquired, Connected, Ctx, LockRequest, LockService, RawStatus, Released, Wait};
+use super::session_holds::SessionHolds;
+use super::{Acquired, Connected, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait};
 use crate::background::Background;
 use crate::error::{Error, InputError};
 use crate::lease::LeaseState;
@@ -27,6 +28,10 @@ pub(crate) struct Words {
     pub(crate) quorum: &'static str,
     /// Why `LockOptions::lease` means nothing here (the session is the lease).
     pub(crate) session: &'static str,
+    /// An attempt in a session that has ended.
+    pub(crate) ended: &'static str,
+    /// An owner that holds the lock while the session was not heard from within its length.
+    pub(crate) unheard: &'static str,
     /// `Lock::release` of a lock this owner id holds in another session: what was asked ...
     pub(crate) held_elsewhere: &'static str,
     /// ... and why only that session's client can give it back.
@@ -61,6 +66,8 @@ pub(crate) trait SessionLocks: Ends + 'static {
     fn check_name(name: &str) -> Result<(), InputError>;
     /// Where the session's servers are, for errors and logs.
     fn server(&self) -> String;
+    /// The session's clock and holds.
+    fn holds(&self) -> &SessionHolds;
     /// The session's holdings (re-entry, counted in the client).
     fn holdings(&self) -> &Holdings;
     /// The client's background task.
@@ -68,9 +75,10 @@ pub(crate) trait SessionLocks: Ends + 'static {
     /// A failure as fencelock's error.
     fn fail(&self, lock: Option<&str>, fault: Self::Fault) -> Error;
 
-    /// Acquires in this session: re-enters the owner's holding, or takes the lock through the
-    /// queue (`super::queue`), waiting as `wait` says.
-    fn acquire(
+    /// A new attempt in this session (the owner does not hold the lock here): takes the lock
+    /// through the queue (`super::queue`), waiting as `wait` says; a holding it takes is
+    /// made with [`SessionLocks::hold`].
+    fn attempt(
         self: &Arc<Self>,
         ctx: &Ctx,
         request: &LockRequest<'_>,
@@ -92,6 +100,21 @@ pub(crate) trait SessionLocks: Ends + 'static {
     /// An entry's owner as status shows it.
     fn shown(entry: &Listed) -> String {
         entry.owner.clone()
+    }
+
+    /// A new holding of the node or key `path` with `token`, and its first hold, granted in
+    /// the session.
+    fn hold(
+        &self,
+        ctx: &Ctx,
+        request: &LockRequest<'_>,
+        path: String,
+        token: u64,
+    ) -> Arc<LeaseState> {
+        let lease = self.holds().grant(ctx, request, token);
+        self.holdings()
+            .insert(&request.lock.name, request.owner, path, &lease);
+        lease
     }
 
     /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the holding's
@@ -169,7 +192,13 @@ impl<S: SessionLocks> LockService for SessionService<S> {
         request: &'a LockRequest<'a>,
         wait: Wait,
     ) -> BoxFuture<'a, Result<Acquired, Error>> {
-        Box::pin(async move { self.current.live().await?.acquire(ctx, request, wait).await })
+        Box::pin(async move {
+            let session = self.current.live().await?;
+            match start(&*session, ctx, request)? {
+                Some(held) => Ok(Acquired::Held(held)),
+                None => session.attempt(ctx, request, wait).await,
+            }
+        })
     }
 
     fn release<'a>(
@@ -203,6 +232,33 @@ impl<S: SessionLocks> LockService for SessionService<S> {
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
         Box::pin(async move { force_unlock(&*self.current.live().await?, &lock.name).await })
     }
+}
+
+/// The start of an acquire in `session` (see `Holdings::start`): a re-entry into the
+/// owner's holding while the session is live, or `None` for a new attempt; refused when the
+/// session ended, or when the owner holds the lock and the session was not heard from in time.
+fn start<S: SessionLocks>(
+    session: &S,
+    ctx: &Ctx,
+    request: &LockRequest<'_>,
+) -> Result<Option<Held>, Error> {
+    let holds = session.holds();
+    let unavailable = |detail: &str| Error::Unavailable {
+        lock: Some(request.lock.name.clone()),
+        server: session.server(),
+        detail: detail.into(),
+    };
+    let usable = match holds.ended.is_cancelled() {
+        true => Err(unavailable(S::WORDS.ended)),
+        false => Ok(()),
+    };
+    session.holdings().start(
+        holds.is_live(),
+        usable,
+        request,
+        |token| holds.grant(ctx, request, token),
+        || unavailable(S::WORDS.unheard),
+    )
 }
 
 /// `Lock::release`: the owner's newest hold in this client. A holding of this owner id in

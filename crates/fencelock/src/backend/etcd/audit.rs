@@ -28,7 +28,7 @@ pub(super) async fn audit(inner: Weak<Inner>) {
     loop {
         tokio::time::sleep(every).await;
         let Some(inner) = inner.upgrade() else { return };
-        if inner.session.ended.is_cancelled() {
+        if inner.session.holds.ended.is_cancelled() {
             return;
         }
         inner.check().await;

@@ -144,7 +144,7 @@ impl Driver for Queue<'_> {
     }
 
     fn transient(&self, fault: &Fault) -> bool {
-        fault.transient() && !self.inner.session.ended.is_cancelled()
+        fault.transient() && !self.inner.session.holds.ended.is_cancelled()
     }
 
     fn fail(&self, fault: Fault) -> Error {

@@ -27,13 +27,13 @@ use self::recipe::Entry;
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
 use super::current::Ends;
-use super::holdings::{self, Closing, Holdings};
+use super::holdings::{Closing, Holdings};
 use super::queue::{self, rule::First};
+use super::session_holds::SessionHolds;
 use super::session_service::{Listed, SessionLocks, SessionService, Words};
 use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released, Wait};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
-use crate::lease::LeaseState;
 use crate::options::ClientOptions;
 use crate::watchdog::BoxFuture;
 
@@ -101,7 +101,7 @@ impl Ends for Inner {
     }
 
     fn has_ended(&self) -> bool {
-        self.session.ended.is_cancelled()
+        self.session.holds.ended.is_cancelled()
     }
 
     fn stop(&self) {
@@ -117,6 +117,9 @@ impl SessionLocks for Inner {
         quorum: "a Redis option; etcd answers a write only after a quorum of the cluster logged it",
         session: "etcd locks last as long as the client's lease; set its TTL with \
                   ClientOptions::default_lease instead",
+        ended: "etcd: the client's lease expired or was revoked",
+        unheard: "no etcd keep-alive answered within the lease TTL; the lease (and this \
+                  owner's holding) may have expired",
         held_elsewhere: "releasing a lock that another etcd client holds",
         only_its_client: "the lock is a key under the holder's lease; only that client \
                           releases it (or Client::force_unlock deletes it)",
@@ -129,6 +132,10 @@ impl SessionLocks for Inner {
 
     fn server(&self) -> String {
         self.session.server.clone()
+    }
+
+    fn holds(&self) -> &SessionHolds {
+        &self.session.holds
     }
 
     fn holdings(&self) -> &Holdings {
@@ -168,28 +175,19 @@ impl SessionLocks for Inner {
         }
     }
 
-    async fn acquire(
+    /// The client's slot for the lock first, then the key.
+    async fn attempt(
         self: &Arc<Self>,
         ctx: &Ctx,
         request: &LockRequest<'_>,
         wait: Wait,
     ) -> Result<Acquired, Error> {
         let name = &request.lock.name;
-        let started = self.holdings.start(
-            self.session.is_live(),
-            self.alive(name),
-            request,
-            |token| self.lease(ctx, request, token),
-            || self.unheard(name),
-        );
-        if let Some(held) = started? {
-            return Ok(Acquired::Held(held));
-        }
         // An owner of this client waits here for another's holding to end; if the lease ends
         // first, that holding's slot is never freed in this lease: stop waiting then.
         let slot = tokio::select! {
             slot = self.slots.take(name, wait) => slot,
-            () = self.session.ended.cancelled() => return Err(self.fail(Some(name), Fault::Ended)),
+            () = self.session.holds.ended.cancelled() => return Err(self.fail(Some(name), Fault::Ended)),
         };
         let Some(slot) = slot else {
             return wait.not_acquired(name);
@@ -240,26 +238,6 @@ impl SessionLocks for Inner {
 }
 
 impl Inner {
-    /// Before a new attempt: the lease must still be usable.
-    fn alive(&self, lock: &str) -> Result<(), Error> {
-        if self.session.ended.is_cancelled() {
-            return Err(self.fail(Some(lock), Fault::Ended));
-        }
-        Ok(())
-    }
-
-    /// The refusal of an owner that holds the lock while no keep-alive was answered within
-    /// the lease TTL (see `Holdings::start`).
-    fn unheard(&self, name: &str) -> Error {
-        Error::Unavailable {
-            lock: Some(name.to_owned()),
-            server: self.session.server.clone(),
-            detail: "no etcd keep-alive answered within the lease TTL; the lease (and this \
-                     owner's holding) may have expired"
-                .into(),
-        }
-    }
-
     /// Refuses to queue behind a holding of the same owner id under another lease: a second
     /// process cannot re-enter (own) another client's key.
     pub(super) fn foreign(&self, owner: &str, holder: &Entry) -> Result<(), Error> {
@@ -273,14 +251,6 @@ impl Inner {
             });
         }
         Ok(())
-    }
-
-    /// A hold's lease: the client lease's TTL and deadline, never renewed by the watchdog.
-    fn lease(&self, ctx: &Ctx, request: &LockRequest<'_>, token: u64) -> Arc<LeaseState> {
-        let times = (self.session.ttl, self.session.deadline());
-        let lease = holdings::session_lease(ctx, request, times, token);
-        self.session.register(&lease);
-        lease
     }
 
     /// The attempt's key is the lowest: a new holding, which keeps the client's slot for the
@@ -302,9 +272,7 @@ impl Inner {
                 server: self.session.server.clone(),
                 detail: format!("the lock key's create revision {revision} is not a revision"),
             })?;
-        let lease = self.lease(ctx, request, token);
-        self.holdings
-            .insert(name, request.owner, key.clone(), &lease);
+        let lease = self.hold(ctx, request, key, token);
         self.slots.keep(name, slot);
         Ok(Held { lease, count: 1 })
     }

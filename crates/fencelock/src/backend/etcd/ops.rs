@@ -20,7 +20,7 @@ impl Inner {
     pub(super) async fn delete_entry(&self, closing: &Closing) -> Result<Released, Fault> {
         let revision = i64::try_from(closing.token).ok();
         let deleted = match recipe::delete(&self.session, &closing.path, revision).await {
-            Err(_) if self.session.ended.is_cancelled() => Ok(false),
+            Err(_) if self.session.holds.ended.is_cancelled() => Ok(false),
             deleted => deleted,
         };
         let released = self.holdings.settle(closing, deleted);

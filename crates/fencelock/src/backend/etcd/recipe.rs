@@ -299,7 +299,7 @@ pub(crate) async fn wait_for(
     };
     tokio::select! {
         gone = deletion.gone() => Ok(if gone { Wake::Gone } else { Wake::Again }),
-        _ = session.ended.cancelled() => Err(Fault::Ended),
+        _ = session.holds.ended.cancelled() => Err(Fault::Ended),
         _ = until => Ok(Wake::Deadline),
     }
 }

@@ -226,7 +226,7 @@ impl Driver for Queue<'_> {
     }
 
     fn transient(&self, e: &zk::Error) -> bool {
-        recipe::connection_lost(e) && !self.inner.session.ended.is_cancelled()
+        recipe::connection_lost(e) && !self.inner.session.holds.ended.is_cancelled()
     }
 
     fn fail(&self, e: zk::Error) -> Error {

@@ -29,13 +29,13 @@ use self::quiet::{Holder, Quiet, Slot, Taken};
 use self::recipe::Node;
 use self::session::Session;
 use super::current::Ends;
-use super::holdings::{self, Closing, Holdings};
+use super::holdings::{Closing, Holdings};
 use super::queue::{self, rule::First};
+use super::session_holds::SessionHolds;
 use super::session_service::{Listed, SessionLocks, SessionService, Words};
 use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released, Wait};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
-use crate::lease::LeaseState;
 use crate::options::ClientOptions;
 use crate::watchdog::BoxFuture;
 
@@ -115,7 +115,7 @@ impl Ends for Inner {
     }
 
     fn has_ended(&self) -> bool {
-        self.session.ended.is_cancelled()
+        self.session.holds.ended.is_cancelled()
     }
 
     fn stop(&self) {
@@ -132,6 +132,10 @@ impl SessionLocks for Inner {
                  logged it",
         session: "ZooKeeper locks last as long as the client's session; set the session timeout \
                   with ClientOptions::default_lease instead",
+        ended: "the ZooKeeper session expired or was closed; the next operation opens a new \
+                session",
+        unheard: "not heard from ZooKeeper within the session timeout; the session (and this \
+                  owner's holding) may have expired",
         held_elsewhere: "releasing a lock that another ZooKeeper session holds",
         only_its_client: "the lock is an ephemeral node of the holder's session; only that \
                           client releases it (or Client::force_unlock deletes it)",
@@ -144,6 +148,10 @@ impl SessionLocks for Inner {
 
     fn server(&self) -> String {
         self.session.server.clone()
+    }
+
+    fn holds(&self) -> &SessionHolds {
+        &self.session.holds
     }
 
     fn holdings(&self) -> &Holdings {
@@ -178,23 +186,14 @@ impl SessionLocks for Inner {
         }
     }
 
-    async fn acquire(
+    /// A new node, or the fast path's create alone on a calm folder (see `quiet`).
+    async fn attempt(
         self: &Arc<Self>,
         ctx: &Ctx,
         request: &LockRequest<'_>,
         wait: Wait,
     ) -> Result<Acquired, Error> {
         let name = &request.lock.name;
-        let started = self.holdings.start(
-            self.session.is_live(),
-            self.alive(name),
-            request,
-            |token| self.lease(ctx, request, token),
-            || self.unheard(name),
-        );
-        if let Some(held) = started? {
-            return Ok(Acquired::Held(held));
-        }
         let attempt = Attempt {
             dir: self.dir(name),
             guid: recipe::guid(),
@@ -259,40 +258,6 @@ impl Inner {
         recipe::list(&self.session, dir).await
     }
 
-    /// Before a new attempt: the session must still be usable.
-    fn alive(&self, lock: &str) -> Result<(), Error> {
-        if self.session.ended.is_cancelled() {
-            return Err(Error::Unavailable {
-                lock: Some(lock.to_owned()),
-                server: self.session.server.clone(),
-                detail: "the ZooKeeper session expired or was closed; the next operation \
-                         opens a new session"
-                    .into(),
-            });
-        }
-        Ok(())
-    }
-
-    /// The refusal of an owner that holds the lock while the server has not been heard from
-    /// for the session timeout (see `Holdings::start`).
-    fn unheard(&self, name: &str) -> Error {
-        Error::Unavailable {
-            lock: Some(name.to_owned()),
-            server: self.session.server.clone(),
-            detail: "not heard from ZooKeeper within the session timeout; the session (and \
-                     this owner's holding) may have expired"
-                .into(),
-        }
-    }
-
-    /// A hold's lease: the session's timeout and deadline, never renewed by the watchdog.
-    fn lease(&self, ctx: &Ctx, request: &LockRequest<'_>, token: u64) -> Arc<LeaseState> {
-        let times = (self.session.timeout, self.session.deadline());
-        let lease = holdings::session_lease(ctx, request, times, token);
-        self.session.register(&lease);
-        lease
-    }
-
     /// The attempt's node is the lowest: a new holding, watched for a forced delete.
     fn held(
         self: &Arc<Self>,
@@ -307,9 +272,7 @@ impl Inner {
             server: self.session.server.clone(),
             detail: format!("the lock node's czxid {} is not a zxid", node.czxid),
         })?;
-        let lease = self.lease(ctx, request, token);
-        self.holdings
-            .insert(name, request.owner, node.path.clone(), &lease);
+        let lease = self.hold(ctx, request, node.path.clone(), token);
         let holder = Holder {
             name: name.clone(),
             owner: request.owner.clone(),
@@ -365,7 +328,9 @@ impl Inner {
                     watcher.changed().await.event_type == zk::EventType::NodeDeleted
                 }
                 Err(zk::Error::NoNode) => true,
-                Err(e) if recipe::connection_lost(&e) && !self.session.ended.is_cancelled() => {
+                Err(e)
+                    if recipe::connection_lost(&e) && !self.session.holds.ended.is_cancelled() =>
+                {
                     tokio::time::sleep(RETRY).await;
                     continue;
                 }

@@ -53,7 +53,7 @@ impl Inner {
             self.watch_folder(dir.to_owned(), slot);
         }
         let deleted = match deleted {
-            Err(_) if self.session.ended.is_cancelled() => Ok(false),
+            Err(_) if self.session.holds.ended.is_cancelled() => Ok(false),
             deleted => deleted,
         };
         self.holdings.settle(closing, deleted)
