@@ -57,6 +57,11 @@ impl<T: Ends> Current<T> {
         Ok((current, warnings))
     }
 
+    /// The client's background task.
+    pub(crate) fn background(&self) -> &Background {
+        &self.background
+    }
+
     /// The current one, as it is (ended or not): releases use it, since a hold of an ended
     /// one is in no later one's holdings.
     pub(crate) fn now(&self) -> Arc<T> {

@@ -1,7 +1,8 @@
 //! The clock and the holds of one client session (a ZooKeeper session, an etcd lease): when
 //! the server was last heard from and so when every hold of the session counts as lost, the
 //! holds kept weakly, their deadlines moved forward when the session is heard from, and all
-//! of them lost at once when the session ends.
+//! of them lost at once when the session ends; and the session's holdings
+//! (`super::holdings`).
 //!
 //! The server expires a session when it has heard nothing for the session's length, counted
 //! from when it *received* a request (a keep-alive, on etcd). The client cannot see that
@@ -14,6 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::holdings::Holdings;
 use super::{Ctx, LockRequest};
 use crate::lease::{Hold, LeaseState, LostReason};
 
@@ -27,6 +29,8 @@ pub(crate) struct SessionHolds {
     heard: Mutex<Instant>,
     /// Cancelled when the session expired, was revoked or closed (terminal).
     pub(crate) ended: CancellationToken,
+    /// Its holdings: re-entry, counted in the client per (lock, owner).
+    pub(crate) holdings: Holdings,
 }
 
 #[derive(Default)]
@@ -48,6 +52,7 @@ impl SessionHolds {
             drift,
             heard: Mutex::new(sent),
             ended: CancellationToken::new(),
+            holdings: Holdings::default(),
         }
     }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::current::{Current, Ends};
-use super::holdings::{self, Closing, Holdings};
+use super::holdings::{self, Closing};
 use super::session_holds::SessionHolds;
 use super::{Acquired, Connected, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait};
 use crate::background::Background;
@@ -22,8 +22,13 @@ use crate::options::{ClientOptions, LockOptions};
 use crate::status::Waiter;
 use crate::watchdog::BoxFuture;
 
-/// What a session service refuses, in its own words.
-pub(crate) struct Words {
+/// What a session service is: its name, its rule for lock names, and what it refuses, in its
+/// own words.
+pub(crate) struct Service {
+    /// The service's name in errors.
+    pub(crate) name: &'static str,
+    /// Its rules for lock names, checked before any I/O.
+    pub(crate) check_name: fn(&str) -> Result<(), InputError>,
     /// Why `min_replica_acks` means nothing here (a write is answered once a quorum logged it).
     pub(crate) quorum: &'static str,
     /// Why `LockOptions::lease` means nothing here (the session is the lease).
@@ -57,23 +62,15 @@ pub(crate) struct Listed {
 pub(crate) trait SessionLocks: Ends + 'static {
     /// Why a request failed.
     type Fault: Send;
-    /// The service's name in errors.
-    const SERVICE: &'static str;
-    /// Its refusals' words.
-    const WORDS: Words;
+    /// The service: its name, name rules and words.
+    const SERVICE: Service;
 
-    /// The service's rules for lock names, checked before any I/O.
-    fn check_name(name: &str) -> Result<(), InputError>;
     /// Where the session's servers are, for errors and logs.
     fn server(&self) -> String;
-    /// The session's clock and holds.
+    /// The session's clock, holds and holdings.
     fn holds(&self) -> &SessionHolds;
-    /// The session's holdings (re-entry, counted in the client).
-    fn holdings(&self) -> &Holdings;
-    /// The client's background task.
-    fn background(&self) -> &Background;
-    /// A failure as fencelock's error.
-    fn fail(&self, lock: Option<&str>, fault: Self::Fault) -> Error;
+    /// How a failure counts, and its detail for the error.
+    fn failure(fault: Self::Fault) -> (Failure, String);
 
     /// A new attempt in this session (the owner does not hold the lock here): takes the lock
     /// through the queue (`super::queue`), waiting as `wait` says; a holding it takes is
@@ -84,7 +81,7 @@ pub(crate) trait SessionLocks: Ends + 'static {
         request: &LockRequest<'_>,
         wait: Wait,
     ) -> impl Future<Output = Result<Acquired, Error>> + Send;
-    /// Deletes a closing holding's node or key and settles it ([`Holdings::settle`]).
+    /// Deletes a closing holding's node or key and settles it (`Holdings::settle`).
     fn delete_holding(
         self: Arc<Self>,
         closing: Closing,
@@ -112,32 +109,61 @@ pub(crate) trait SessionLocks: Ends + 'static {
         token: u64,
     ) -> Arc<LeaseState> {
         let lease = self.holds().grant(ctx, request, token);
-        self.holdings()
+        self.holds()
+            .holdings
             .insert(&request.lock.name, request.owner, path, &lease);
         lease
     }
 
-    /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the holding's
-    /// node or key. A delete that fails, or that the caller stopped waiting for, closes the
-    /// holding to re-entry and goes on in the background until the entry is gone or the
-    /// session ends. A hold of an ended session is `NotHeld`, a re-entered lock's too.
-    fn give_back<'a>(
-        self: &'a Arc<Self>,
-        name: &'a str,
-        owner: &'a Arc<str>,
-        id: Option<u64>,
-    ) -> impl Future<Output = Result<Released, Error>> + Send + 'a {
-        async move {
-            if self.has_ended() {
-                return Ok(Released::NotHeld);
-            }
-            let delete = |service: Arc<Self>, closing| service.delete_holding(closing);
-            let (holdings, background) = (self.holdings(), self.background());
-            let hold = (name, owner, id);
-            let released = holdings::give_back(self, holdings, background, hold, delete).await;
-            released.map_err(|e| self.fail(Some(name), e))
+    /// A failure as fencelock's error, about `lock` if any.
+    fn fail(&self, lock: Option<&str>, fault: Self::Fault) -> Error {
+        let (lock, server) = (lock.map(str::to_owned), self.server());
+        match Self::failure(fault) {
+            (Failure::Unavailable, detail) => Error::Unavailable {
+                lock,
+                server,
+                detail,
+            },
+            (Failure::Denied, detail) => Error::Denied {
+                lock,
+                server,
+                detail,
+            },
+            (Failure::Protocol, detail) => Error::Protocol {
+                lock,
+                server,
+                detail,
+            },
         }
     }
+}
+
+/// How a session service's failure counts.
+pub(crate) enum Failure {
+    /// No reply or no connection, or the session ended: it may work later.
+    Unavailable,
+    /// The service refused the credentials or their permissions.
+    Denied,
+    /// The service answered something fencelock does not expect, or refused the request.
+    Protocol,
+}
+
+/// Gives back hold `id` (`None`: the owner's newest) of `session`; the last one deletes the
+/// holding's node or key. A delete that fails, or that the caller stopped waiting for, closes
+/// the holding to re-entry and goes on in the client's `background` until the entry is gone
+/// or the session ends. A hold of an ended session is `NotHeld`, a re-entered lock's too.
+async fn give_back<S: SessionLocks>(
+    session: &Arc<S>,
+    background: &Background,
+    hold: (&str, &Arc<str>, Option<u64>),
+) -> Result<Released, Error> {
+    if session.has_ended() {
+        return Ok(Released::NotHeld);
+    }
+    let delete = |session: Arc<S>, closing| session.delete_holding(closing);
+    let holdings = &session.holds().holdings;
+    let released = holdings::give_back(session, holdings, background, hold, delete).await;
+    released.map_err(|e| session.fail(Some(hold.0), e))
 }
 
 /// A session service as the core sees it: the current session (lease) with its holdings,
@@ -160,7 +186,7 @@ impl<S: SessionLocks> SessionService<S> {
 
 impl<S: SessionLocks> LockService for SessionService<S> {
     fn name(&self) -> &'static str {
-        S::SERVICE
+        S::SERVICE.name
     }
 
     fn server(&self) -> String {
@@ -168,15 +194,15 @@ impl<S: SessionLocks> LockService for SessionService<S> {
     }
 
     fn check_name(&self, name: &str) -> Result<(), InputError> {
-        S::check_name(name)
+        (S::SERVICE.check_name)(name)
     }
 
     /// Options that mean nothing here are refused: the session is the lease of every lock.
     fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
         let option = if options.replica_acks.is_some() {
-            ("min_replica_acks", S::WORDS.quorum)
+            ("min_replica_acks", S::SERVICE.quorum)
         } else if options.lease.is_some() {
-            ("lease", S::WORDS.session)
+            ("lease", S::SERVICE.session)
         } else {
             return Ok(());
         };
@@ -209,8 +235,13 @@ impl<S: SessionLocks> LockService for SessionService<S> {
         Box::pin(async move {
             // A hold of an ended session is in no later session's holdings: `NotHeld`.
             let (hold, now) = (&lease.hold, self.current.now());
-            now.give_back(&hold.lock.name, &hold.owner, Some(hold.id))
-                .await
+            let background = self.current.background();
+            give_back(
+                &now,
+                background,
+                (&hold.lock.name, &hold.owner, Some(hold.id)),
+            )
+            .await
         })
     }
 
@@ -219,7 +250,11 @@ impl<S: SessionLocks> LockService for SessionService<S> {
         lock: &'a Arc<LockName>,
         owner: &'a Arc<str>,
     ) -> BoxFuture<'a, Result<Released, Error>> {
-        Box::pin(async move { release_owner(&self.current.live().await?, &lock.name, owner).await })
+        Box::pin(async move {
+            let session = self.current.live().await?;
+            let background = self.current.background();
+            release_owner(&session, background, &lock.name, owner).await
+        })
     }
 
     fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
@@ -249,15 +284,15 @@ fn start<S: SessionLocks>(
         detail: detail.into(),
     };
     let usable = match holds.ended.is_cancelled() {
-        true => Err(unavailable(S::WORDS.ended)),
+        true => Err(unavailable(S::SERVICE.ended)),
         false => Ok(()),
     };
-    session.holdings().start(
+    holds.holdings.start(
         holds.is_live(),
         usable,
         request,
         |token| holds.grant(ctx, request, token),
-        || unavailable(S::WORDS.unheard),
+        || unavailable(S::SERVICE.unheard),
     )
 }
 
@@ -265,18 +300,19 @@ fn start<S: SessionLocks>(
 /// another session cannot be released from here (typed error); none is `NotHeld`.
 async fn release_owner<S: SessionLocks>(
     session: &Arc<S>,
+    background: &Background,
     name: &str,
     owner: &Arc<str>,
 ) -> Result<Released, Error> {
-    if session.holdings().holds(name, owner) {
-        return session.give_back(name, owner, None).await;
+    if session.holds().holdings.holds(name, owner) {
+        return give_back(session, background, (name, owner, None)).await;
     }
     match session.queue(name).await?.first() {
         Some(head) if *head.owner == **owner && head.session != session.id() => {
             Err(Error::Unsupported {
-                service: S::SERVICE,
-                what: S::WORDS.held_elsewhere,
-                why: S::WORDS.only_its_client,
+                service: S::SERVICE.name,
+                what: S::SERVICE.held_elsewhere,
+                why: S::SERVICE.only_its_client,
             })
         }
         _ => Ok(Released::NotHeld),
@@ -297,7 +333,11 @@ async fn status<S: SessionLocks>(session: &S, name: &str) -> Result<RawStatus, E
             waiters: Vec::new(),
         });
     };
-    let count = session.holdings().count(name, &head.path).unwrap_or(1);
+    let count = session
+        .holds()
+        .holdings
+        .count(name, &head.path)
+        .unwrap_or(1);
     let token = u64::try_from(head.token).ok();
     let waiters = queue
         .map(|w| Waiter {

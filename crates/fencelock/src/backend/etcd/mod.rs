@@ -27,10 +27,10 @@ use self::recipe::Entry;
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
 use super::current::Ends;
-use super::holdings::{Closing, Holdings};
+use super::holdings::Closing;
 use super::queue::{self, rule::First};
 use super::session_holds::SessionHolds;
-use super::session_service::{Listed, SessionLocks, SessionService, Words};
+use super::session_service::{Failure, Listed, Service, SessionLocks, SessionService};
 use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released, Wait};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
@@ -48,7 +48,6 @@ mod url;
 /// What background work needs of the service.
 struct Inner {
     session: Arc<Session>,
-    holdings: Holdings,
     /// The client's background task: deletes that must go on after a failed release.
     background: Background,
     slots: Slots,
@@ -87,7 +86,6 @@ impl Ends for Inner {
         let (session, warnings) = Session::connect(target, options).await?;
         let inner = Arc::new(Inner {
             session,
-            holdings: Holdings::default(),
             background: background.clone(),
             slots: Slots::default(),
             prefix: target.prefix.clone(),
@@ -111,9 +109,11 @@ impl Ends for Inner {
 
 impl SessionLocks for Inner {
     type Fault = Fault;
-    const SERVICE: &'static str = "etcd";
-    /// The client's lease is the lease of every lock it holds.
-    const WORDS: Words = Words {
+    /// Its words say that the client's lease is the lease of every lock it holds.
+    const SERVICE: Service = Service {
+        name: "etcd",
+        // A lock name must be one key segment below the prefix.
+        check_name: url::check_name,
         quorum: "a Redis option; etcd answers a write only after a quorum of the cluster logged it",
         session: "etcd locks last as long as the client's lease; set its TTL with \
                   ClientOptions::default_lease instead",
@@ -125,11 +125,6 @@ impl SessionLocks for Inner {
                           releases it (or Client::force_unlock deletes it)",
     };
 
-    /// A lock name must be one key segment below the prefix.
-    fn check_name(name: &str) -> Result<(), InputError> {
-        url::check_name(name)
-    }
-
     fn server(&self) -> String {
         self.session.server.clone()
     }
@@ -138,40 +133,16 @@ impl SessionLocks for Inner {
         &self.session.holds
     }
 
-    fn holdings(&self) -> &Holdings {
-        &self.holdings
-    }
-
-    fn background(&self) -> &Background {
-        &self.background
-    }
-
-    /// An etcd failure as fencelock's error.
-    fn fail(&self, lock: Option<&str>, fault: Fault) -> Error {
-        let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());
+    /// An etcd failure: the credentials refused, or an answer that trying again would not
+    /// change, or else unavailable.
+    fn failure(fault: Fault) -> (Failure, String) {
         match fault {
-            Fault::Malformed(_) => Error::Protocol {
-                lock,
-                server,
-                detail: format!("etcd: {fault}"),
-            },
-            Fault::Etcd(ref e) if session::denied(e) => Error::Denied {
-                lock,
-                server,
-                detail: format!("etcd: {fault}"),
-            },
+            Fault::Malformed(_) => (Failure::Protocol, format!("etcd: {fault}")),
+            Fault::Etcd(ref e) if session::denied(e) => (Failure::Denied, format!("etcd: {fault}")),
             Fault::Etcd(etcd_client::Error::GRpcStatus(ref s)) if !fault.transient() => {
-                Error::Protocol {
-                    lock,
-                    server,
-                    detail: format!("etcd answered: {}", s.message()),
-                }
+                (Failure::Protocol, format!("etcd answered: {}", s.message()))
             }
-            fault => Error::Unavailable {
-                lock,
-                server,
-                detail: format!("etcd: {fault}"),
-            },
+            fault => (Failure::Unavailable, format!("etcd: {fault}")),
         }
     }
 
@@ -243,7 +214,7 @@ impl Inner {
     pub(super) fn foreign(&self, owner: &str, holder: &Entry) -> Result<(), Error> {
         if holder.owner == owner && holder.lease != self.session.lease {
             return Err(Error::Unsupported {
-                service: Self::SERVICE,
+                service: Self::SERVICE.name,
                 what: "re-entry by an owner id that another etcd client holds",
                 why: "an etcd lock is a key under one client's lease; re-entry is counted in \
                       the client that holds it (Lock::with_owner works across processes on \

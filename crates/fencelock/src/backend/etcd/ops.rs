@@ -23,7 +23,7 @@ impl Inner {
             Err(_) if self.session.holds.ended.is_cancelled() => Ok(false),
             deleted => deleted,
         };
-        let released = self.holdings.settle(closing, deleted);
+        let released = self.session.holds.holdings.settle(closing, deleted);
         if released.is_ok() {
             self.slots.free(&closing.name);
         }

@@ -91,7 +91,7 @@ impl Queue<'_> {
                     && stat.ephemeral_owner != self.inner.session.id =>
             {
                 Err(Error::Unsupported {
-                    service: Inner::SERVICE,
+                    service: Inner::SERVICE.name,
                     what: "re-entry by an owner id that another ZooKeeper session holds",
                     why: "a ZooKeeper lock is an ephemeral node owned by one session; re-entry \
                           is counted in the client that holds it (Lock::with_owner works \

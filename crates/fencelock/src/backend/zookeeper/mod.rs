@@ -29,13 +29,13 @@ use self::quiet::{Holder, Quiet, Slot, Taken};
 use self::recipe::Node;
 use self::session::Session;
 use super::current::Ends;
-use super::holdings::{Closing, Holdings};
+use super::holdings::Closing;
 use super::queue::{self, rule::First};
 use super::session_holds::SessionHolds;
-use super::session_service::{Listed, SessionLocks, SessionService, Words};
+use super::session_service::{Failure, Listed, Service, SessionLocks, SessionService};
 use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released, Wait};
 use crate::background::Background;
-use crate::error::{Error, InputError, Warning};
+use crate::error::{Error, Warning};
 use crate::options::ClientOptions;
 use crate::watchdog::BoxFuture;
 
@@ -52,7 +52,6 @@ pub(super) const RETRY: Duration = Duration::from_millis(100);
 /// One session and what lives in it; background work holds it.
 struct Inner {
     session: Arc<Session>,
-    holdings: Holdings,
     /// The client's background task: deletes that must go on after a failed release.
     background: Background,
     base: String,
@@ -85,7 +84,6 @@ impl Ends for Inner {
         // dropped future) stops the session with it.
         let inner = Self {
             session,
-            holdings: Holdings::default(),
             background: background.clone(),
             base: target.base.clone(),
             quiet: Arc::default(),
@@ -125,9 +123,11 @@ impl Ends for Inner {
 
 impl SessionLocks for Inner {
     type Fault = zk::Error;
-    const SERVICE: &'static str = "ZooKeeper";
-    /// The session is the lease of every lock it holds.
-    const WORDS: Words = Words {
+    /// Its words say that the session is the lease of every lock it holds.
+    const SERVICE: Service = Service {
+        name: "ZooKeeper",
+        // A lock name must be one node below the base path.
+        check_name: url::check_name,
         quorum: "a Redis option; ZooKeeper answers a write only after a quorum of the ensemble \
                  logged it",
         session: "ZooKeeper locks last as long as the client's session; set the session timeout \
@@ -141,11 +141,6 @@ impl SessionLocks for Inner {
                           client releases it (or Client::force_unlock deletes it)",
     };
 
-    /// A lock name must be one node below the base path.
-    fn check_name(name: &str) -> Result<(), InputError> {
-        url::check_name(name)
-    }
-
     fn server(&self) -> String {
         self.session.server.clone()
     }
@@ -154,35 +149,15 @@ impl SessionLocks for Inner {
         &self.session.holds
     }
 
-    fn holdings(&self) -> &Holdings {
-        &self.holdings
-    }
-
-    fn background(&self) -> &Background {
-        &self.background
-    }
-
-    /// A ZooKeeper failure as fencelock's error.
-    fn fail(&self, lock: Option<&str>, e: zk::Error) -> Error {
+    /// A ZooKeeper failure: no connection or session, the credentials refused, or else an
+    /// answer that trying again would not change.
+    fn failure(e: zk::Error) -> (Failure, String) {
         use zk::Error::*;
-        let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());
         match e {
             ConnectionLoss | Timeout | NoHosts | SessionExpired | ClientClosed | SessionMoved
-            | Custom(_) => Error::Unavailable {
-                lock,
-                server,
-                detail: format!("ZooKeeper: {e}"),
-            },
-            NoAuth | AuthFailed => Error::Denied {
-                lock,
-                server,
-                detail: format!("ZooKeeper: {e}"),
-            },
-            e => Error::Protocol {
-                lock,
-                server,
-                detail: format!("ZooKeeper answered: {e}"),
-            },
+            | Custom(_) => (Failure::Unavailable, format!("ZooKeeper: {e}")),
+            NoAuth | AuthFailed => (Failure::Denied, format!("ZooKeeper: {e}")),
+            e => (Failure::Protocol, format!("ZooKeeper answered: {e}")),
         }
     }
 
@@ -320,7 +295,7 @@ impl Inner {
             token,
         } = holder;
         loop {
-            if !self.holdings.live(name, owner, path) {
+            if !self.session.holds.holdings.live(name, owner, path) {
                 return;
             }
             let gone = match self.session.call(|zk| zk.get_and_watch_data(path)).await {
@@ -338,7 +313,10 @@ impl Inner {
             };
             if gone {
                 self.quiet.forget(path);
-                self.holdings.vanished(name, owner, path, *token);
+                self.session
+                    .holds
+                    .holdings
+                    .vanished(name, owner, path, *token);
             }
             return;
         }

@@ -56,7 +56,7 @@ impl Inner {
             Err(_) if self.session.holds.ended.is_cancelled() => Ok(false),
             deleted => deleted,
         };
-        self.holdings.settle(closing, deleted)
+        self.session.holds.holdings.settle(closing, deleted)
     }
 
     /// Deletes a holding's node: `Ok(false)` when it is gone already (force-unlocked, or with
