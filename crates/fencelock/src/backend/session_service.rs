@@ -1,10 +1,16 @@
-//! The lock service of the session services (ZooKeeper, etcd), written once: a
+//! The lock service of the session services (ZooKeeper, etcd), written once. A
 //! [`SessionService`] runs each operation in the client's current session or lease
-//! (`super::current`), gives holds back through `super::holdings`, and reads status, releases
-//! by owner and forces unlocks from the lock's queue the same way for both. A service
-//! implements [`SessionLocks`] on its session with only what differs: its name rules, the
-//! words of its refusals, how it acquires (its `super::queue` driver), how it reads the queue,
-//! deletes its head and deletes a holding's entry.
+//! (`super::current`): an acquire re-enters the owner's holding or refuses on an ended or
+//! unheard session before the service's attempt, and the new holding's first hold is granted
+//! in the session (`super::session_holds`); holds are given back through `super::holdings`;
+//! status, release by owner and forced unlocks read the lock's queue the same way for both;
+//! per-lock options are refused and failures become errors in one place.
+//!
+//! A service implements [`SessionLocks`] on its session with only what differs: a
+//! [`Service`] constant (its name, its name rule, its refusals' words), how a failure counts
+//! ([`Failure`]), how it attempts (its `super::queue` driver), how it reads the queue
+//! ([`Listed`] entries), deletes its head and deletes a holding's entry. The ZooKeeper fast
+//! path stays inside ZooKeeper's attempt and delete.
 
 use std::future::Future;
 use std::sync::Arc;
