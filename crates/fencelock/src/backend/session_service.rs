@@ -16,7 +16,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::current::{Current, Ends};
+use super::current::{Current, Ends, Opening};
 use super::holdings::{self, Closing};
 use super::session_holds::SessionHolds;
 use super::{Acquired, Connected, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait};
@@ -79,13 +79,11 @@ pub(crate) trait SessionLocks: Ends + 'static {
     fn failure(fault: Self::Fault) -> (Failure, String);
 
     /// A new attempt in this session (the owner does not hold the lock here): takes the lock
-    /// through the queue (`super::queue`), waiting as `wait` says; a holding it takes is
-    /// made with [`SessionLocks::hold`].
+    /// through the queue (`super::queue`), waiting as the ask's `wait` says; a holding it
+    /// takes is made with [`SessionLocks::hold`].
     fn attempt(
         self: &Arc<Self>,
-        ctx: &Ctx,
-        request: &LockRequest<'_>,
-        wait: Wait,
+        ask: Ask<'_>,
     ) -> impl Future<Output = Result<Acquired, Error>> + Send;
     /// Deletes a closing holding's node or key and settles it (`Holdings::settle`).
     fn delete_holding(
@@ -144,6 +142,14 @@ pub(crate) trait SessionLocks: Ends + 'static {
     }
 }
 
+/// An acquire, as the session service hands it to a session's attempt.
+#[derive(Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    pub(crate) ctx: &'a Ctx,
+    pub(crate) request: &'a LockRequest<'a>,
+    pub(crate) wait: Wait,
+}
+
 /// How a session service's failure counts.
 pub(crate) enum Failure {
     /// No reply or no connection, or the session ended: it may work later.
@@ -185,7 +191,12 @@ impl<S: SessionLocks> SessionService<S> {
         options: &ClientOptions,
         background: &Background,
     ) -> Result<Connected, Error> {
-        let (current, warnings) = Current::open(target, options, background).await?;
+        let opening = Opening {
+            target,
+            options: options.clone(),
+            background: background.clone(),
+        };
+        let (current, warnings) = Current::open(opening).await?;
         Ok((Arc::new(Self { current }) as Arc<dyn LockService>, warnings))
     }
 }
@@ -228,7 +239,7 @@ impl<S: SessionLocks> LockService for SessionService<S> {
             let session = self.current.live().await?;
             match start(&*session, ctx, request)? {
                 Some(held) => Ok(Acquired::Held(held)),
-                None => session.attempt(ctx, request, wait).await,
+                None => session.attempt(Ask { ctx, request, wait }).await,
             }
         })
     }

@@ -26,15 +26,14 @@ use self::driver::{Attempt, Queue};
 use self::recipe::Entry;
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
-use super::current::Ends;
+use super::current::{Ends, Opening};
 use super::holdings::Closing;
 use super::queue::{self, rule::First};
 use super::session_holds::SessionHolds;
-use super::session_service::{Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released, Wait};
+use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
+use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
-use crate::options::ClientOptions;
 use crate::watchdog::BoxFuture;
 
 mod audit;
@@ -78,17 +77,13 @@ impl Ends for Inner {
     const WHAT: &'static str = "etcd lease";
 
     /// Grants a lease and starts the audit of its holdings.
-    async fn open(
-        target: &url::EtcdTarget,
-        options: &ClientOptions,
-        background: &Background,
-    ) -> Result<(Arc<Self>, Vec<Warning>), Error> {
-        let (session, warnings) = Session::connect(target, options).await?;
+    async fn open(at: &Opening<url::EtcdTarget>) -> Result<(Arc<Self>, Vec<Warning>), Error> {
+        let (session, warnings) = Session::connect(&at.target, &at.options).await?;
         let inner = Arc::new(Inner {
             session,
-            background: background.clone(),
+            background: at.background.clone(),
             slots: Slots::default(),
-            prefix: target.prefix.clone(),
+            prefix: at.target.prefix.clone(),
         });
         tokio::spawn(audit::audit(Arc::downgrade(&inner)));
         Ok((inner, warnings))
@@ -147,12 +142,8 @@ impl SessionLocks for Inner {
     }
 
     /// The client's slot for the lock first, then the key.
-    async fn attempt(
-        self: &Arc<Self>,
-        ctx: &Ctx,
-        request: &LockRequest<'_>,
-        wait: Wait,
-    ) -> Result<Acquired, Error> {
+    async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
+        let Ask { ctx, request, wait } = ask;
         let name = &request.lock.name;
         // An owner of this client waits here for another's holding to end; if the lease ends
         // first, that holding's slot is never freed in this lease: stop waiting then.

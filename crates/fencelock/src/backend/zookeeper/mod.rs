@@ -28,15 +28,14 @@ use self::driver::{Attempt, Queue};
 use self::quiet::{Holder, Quiet, Slot, Taken};
 use self::recipe::Node;
 use self::session::Session;
-use super::current::Ends;
+use super::current::{Ends, Opening};
 use super::holdings::Closing;
 use super::queue::{self, rule::First};
 use super::session_holds::SessionHolds;
-use super::session_service::{Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released, Wait};
+use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
+use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, Warning};
-use crate::options::ClientOptions;
 use crate::watchdog::BoxFuture;
 
 mod driver;
@@ -74,18 +73,14 @@ impl Ends for Inner {
 
     /// Opens a session and makes sure the base path exists. Returns the warnings (a
     /// negotiated session timeout other than asked).
-    async fn open(
-        target: &url::ZkTarget,
-        options: &ClientOptions,
-        background: &Background,
-    ) -> Result<(Arc<Self>, Vec<Warning>), Error> {
-        let (session, warnings) = Session::connect(&target.hosts, options).await?;
+    async fn open(at: &Opening<url::ZkTarget>) -> Result<(Arc<Self>, Vec<Warning>), Error> {
+        let (session, warnings) = Session::connect(&at.target.hosts, &at.options).await?;
         // Made before the first request, so that an open given up there (a failed mkdir, a
         // dropped future) stops the session with it.
         let inner = Self {
             session,
-            background: background.clone(),
-            base: target.base.clone(),
+            background: at.background.clone(),
+            base: at.target.base.clone(),
             quiet: Arc::default(),
         };
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
@@ -162,12 +157,8 @@ impl SessionLocks for Inner {
     }
 
     /// A new node, or the fast path's create alone on a calm folder (see `quiet`).
-    async fn attempt(
-        self: &Arc<Self>,
-        ctx: &Ctx,
-        request: &LockRequest<'_>,
-        wait: Wait,
-    ) -> Result<Acquired, Error> {
+    async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
+        let Ask { ctx, request, wait } = ask;
         let name = &request.lock.name;
         let attempt = Attempt {
             dir: self.dir(name),
