@@ -59,10 +59,6 @@ struct Caps {
     /// `LockStatus::owners` counts the holds of a re-entered lock; otherwise it says 1 (the
     /// count is kept in the holder's client).
     status_counts_holds: bool,
-    /// `LockStatus::fencing_token` is the holding's token; otherwise it may be larger
-    /// (RedLock: the highest among the servers that hold the lock, and a server whose grant
-    /// came after the majority's may have issued a larger one).
-    status_token_exact: bool,
     /// `LockStatus::remaining_lease` gives the holder's lease left; otherwise `None` (a
     /// ZooKeeper session's time left is the server's alone).
     status_lease: bool,
@@ -97,7 +93,6 @@ const REDIS: Caps = Caps {
     foreign_owner_reentry: true,
     waiter_queue: true,
     status_counts_holds: true,
-    status_token_exact: true,
     status_lease: true,
     invalid_names: &[],
     wake_within_ms: 2_000,
@@ -251,7 +246,6 @@ mod redis_family {
         fn caps(&self) -> Caps {
             Caps {
                 waiter_queue: false,
-                status_token_exact: false,
                 ..REDIS
             }
         }
@@ -556,7 +550,6 @@ mod zk {
         foreign_owner_reentry: false,
         waiter_queue: true,
         status_counts_holds: false,
-        status_token_exact: true,
         status_lease: false,
         invalid_names: &["..", "a\u{1}"],
         wake_within_ms: 2_000,
@@ -749,7 +742,6 @@ mod etcd {
         foreign_owner_reentry: false,
         waiter_queue: true,
         status_counts_holds: false,
-        status_token_exact: true,
         status_lease: true,
         invalid_names: &["a\u{1}"],
         // A watch event from the server, not a poll.
@@ -988,14 +980,7 @@ async fn reentry_counts_holds(d: &dyn Deployment) {
     assert!(status.held);
     let count = if caps.status_counts_holds { 2 } else { 1 };
     assert_eq!(status.owners, vec![(lock.owner().to_owned(), count)]);
-    if caps.status_token_exact {
-        assert_eq!(status.fencing_token, Some(first.fencing_token()));
-    } else {
-        assert!(
-            status.fencing_token >= Some(first.fencing_token()),
-            "{status:?}"
-        );
-    }
+    assert_eq!(status.fencing_token, Some(first.fencing_token()));
     if caps.status_lease {
         let left = status.remaining_lease;
         assert!(

@@ -639,3 +639,77 @@ async fn a_holder_hears_of_a_forced_unlock_at_once() {
     let reason = guard.lost_reason().unwrap().to_string();
     assert!(reason.contains("forced unlock"), "{reason}");
 }
+
+/// A hold still found on one server of three after it ran out on the others was lost: its
+/// release says `NotHeld` (another owner may have held a majority meanwhile), and deletes
+/// that last copy all the same.
+#[tokio::test]
+async fn a_release_that_finds_its_hold_on_a_minority_is_not_held() {
+    let servers = servers(3);
+    // The two servers where the hold ran out answer last, so the copy answers first.
+    let proxies: Vec<_> = servers[..2]
+        .iter()
+        .map(|s| fencelock_testkit::TcpProxy::start(s.port()).unwrap())
+        .collect();
+    let mut urls: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("redis://{}", p.connect_string()))
+        .collect();
+    urls.push(servers[2].url());
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = fencelock::Client::connect_all_with(&urls, ClientOptions::default())
+        .await
+        .unwrap();
+    let fixed = LockOptions::default().lease(Duration::from_secs(30));
+    let guard = client
+        .lock("minority")
+        .with_options(fixed)
+        .acquire()
+        .await
+        .unwrap();
+    eventually(5.0, "the hold on every server", || {
+        servers.iter().all(|s| has_key(s, "minority"))
+    })
+    .await;
+    // Its lease ran out on two servers (as after a pause of the holder).
+    for (server, proxy) in servers.iter().zip(&proxies) {
+        server.command(&["DEL", "fencelock:{minority}"]).unwrap();
+        proxy.set_latency(Duration::from_millis(100));
+    }
+    assert_eq!(guard.release().await.unwrap(), Released::NotHeld);
+    eventually(5.0, "the last copy deleted", || {
+        !has_key(&servers[2], "minority")
+    })
+    .await;
+}
+
+/// A server whose grant came after the majority's may issue a higher token (its counter was
+/// ahead); the status names the holding's token, the one the majority agrees on.
+#[tokio::test]
+async fn status_names_the_token_the_majority_agrees_on() {
+    let servers = servers(3);
+    let slow = &servers[2];
+    let proxy = fencelock_testkit::TcpProxy::start(slow.port()).unwrap();
+    let urls = [
+        servers[0].url(),
+        servers[1].url(),
+        format!("redis://{}", proxy.connect_string()),
+    ];
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = fencelock::Client::connect_all_with(&urls, ClientOptions::default())
+        .await
+        .unwrap();
+    let ahead = 1u64 << 62;
+    slow.command(&["SET", "fencelock:{agreed}:fence", &ahead.to_string()])
+        .unwrap();
+    proxy.set_latency(Duration::from_millis(200));
+    let guard = client.lock("agreed").acquire().await.unwrap();
+    assert!(guard.fencing_token() < ahead);
+    eventually(5.0, "the late grant on the slow server", || {
+        has_key(slow, "agreed")
+    })
+    .await;
+    let status = client.status("agreed").await.unwrap();
+    assert_eq!(status.fencing_token, Some(guard.fencing_token()));
+    guard.release().await.unwrap();
+}

@@ -181,6 +181,19 @@ impl Tally {
     }
 }
 
+/// The holding's token: the one a majority of the servers holding the lock agree on (it was
+/// written back to a majority before the acquisition counted). A server whose grant came
+/// after the majority's may have issued a higher one; without a majority, the highest.
+fn agreed_token(held: &[&RawStatus], quorum: usize) -> Option<u64> {
+    let tokens: Vec<u64> = held.iter().filter_map(|v| v.current_token).collect();
+    let agreed = tokens
+        .iter()
+        .copied()
+        .filter(|t| tokens.iter().filter(|u| *u == t).count() >= quorum)
+        .max();
+    agreed.or_else(|| tokens.iter().copied().max())
+}
+
 fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -509,14 +522,17 @@ impl RedLock {
             }
         });
         let mut outcomes = Vec::new();
-        let mut answered = 0;
-        let (mut released, mut still_held, mut failed) = (0, 0u64, 0);
+        let n = self.servers.len();
+        let (mut answered, mut held, mut still_held, mut failed) = (0, 0, 0u64, 0);
         while let Some((i, result)) = pending.next().await {
             answered += 1;
             let server = self.servers[i].server().to_owned();
             match result {
-                Ok(Released::Released) => released += 1,
-                Ok(Released::StillHeld { count }) => still_held = still_held.max(count),
+                Ok(Released::Released) => held += 1,
+                Ok(Released::StillHeld { count }) => {
+                    held += 1;
+                    still_held = still_held.max(count);
+                }
                 Ok(_) => {}
                 Err(e) => {
                     failed += 1;
@@ -526,9 +542,11 @@ impl RedLock {
                     });
                 }
             }
-            // A majority has answered: the rest runs on in the background (a paused server
-            // runs it when it resumes).
-            if answered >= self.quorum && answered - failed >= self.quorum {
+            // Decided once a majority gave the hold back, or once no majority can have held
+            // it: the rest runs on in the background (a paused server runs it when it
+            // resumes).
+            let out_of_reach = held + (n - answered) < self.quorum;
+            if held >= self.quorum || (out_of_reach && answered - failed >= self.quorum) {
                 break;
             }
         }
@@ -546,16 +564,20 @@ impl RedLock {
                     .await;
             });
         }
-        if answered - failed < self.quorum {
-            return Err(self.quorum_error(Some(keys), "release", outcomes));
-        }
-        Ok(if still_held > 0 {
-            Released::StillHeld { count: still_held }
-        } else if released > 0 {
-            Released::Released
+        // A hold found on fewer than a majority was lost before this release (its lease ran
+        // out on the others, and another owner may have held a majority since): `NotHeld`,
+        // though its last copies are deleted all the same.
+        if held >= self.quorum {
+            Ok(if still_held > 0 {
+                Released::StillHeld { count: still_held }
+            } else {
+                Released::Released
+            })
+        } else if answered - failed >= self.quorum {
+            Ok(Released::NotHeld)
         } else {
-            Released::NotHeld
-        })
+            Err(self.quorum_error(Some(keys), "release", outcomes))
+        }
     }
 
     /// Renews on every server; a lease counts as renewed once a majority renewed it.
@@ -712,7 +734,7 @@ impl RedLock {
                 .flatten(),
             held: true,
             last_token,
-            current_token: held.iter().filter_map(|v| v.current_token).max(),
+            current_token: agreed_token(&held, self.quorum),
             owners: held[0].owners.clone(),
             // RedLock keeps no queue on the servers.
             waiters: Vec::new(),
