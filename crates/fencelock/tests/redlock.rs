@@ -8,6 +8,24 @@ use std::time::Duration;
 use common::*;
 use fencelock::{ClientOptions, Error, InputError, LockOptions, Released};
 
+/// A RedLock client over `servers`, the last reached through a proxy (to slow it down).
+async fn redlock_with_the_last_behind_a_proxy(
+    servers: &[fencelock_testkit::RedisServer],
+) -> (fencelock::Client, fencelock_testkit::TcpProxy) {
+    let last = servers.last().unwrap();
+    let proxy = fencelock_testkit::TcpProxy::start(last.port()).unwrap();
+    let mut urls: Vec<String> = servers[..servers.len() - 1]
+        .iter()
+        .map(|s| s.url())
+        .collect();
+    urls.push(format!("redis://{}", proxy.connect_string()));
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = fencelock::Client::connect_all_with(&urls, ClientOptions::default())
+        .await
+        .unwrap();
+    (client, proxy)
+}
+
 fn fast_failing() -> ClientOptions {
     ClientOptions::default()
         .connect_timeout(Duration::from_millis(300))
@@ -169,16 +187,7 @@ async fn tokens_increase_across_restarts_that_lose_data() {
 async fn a_release_lands_after_a_late_grant_on_a_server_that_lost_its_scripts() {
     let servers = servers(3);
     let slow = &servers[2];
-    let proxy = fencelock_testkit::TcpProxy::start(slow.port()).unwrap();
-    let urls = [
-        servers[0].url(),
-        servers[1].url(),
-        format!("redis://{}", proxy.connect_string()),
-    ];
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let client = fencelock::Client::connect_all_with(&urls, ClientOptions::default())
-        .await
-        .unwrap();
+    let (client, proxy) = redlock_with_the_last_behind_a_proxy(&servers).await;
     let lock = client.lock("late");
     lock.acquire().await.unwrap().release().await.unwrap();
     // The first acquire and release may still be running on the slow server (a majority
@@ -689,16 +698,7 @@ async fn a_release_that_finds_its_hold_on_a_minority_is_not_held() {
 async fn status_names_the_token_the_majority_agrees_on() {
     let servers = servers(3);
     let slow = &servers[2];
-    let proxy = fencelock_testkit::TcpProxy::start(slow.port()).unwrap();
-    let urls = [
-        servers[0].url(),
-        servers[1].url(),
-        format!("redis://{}", proxy.connect_string()),
-    ];
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let client = fencelock::Client::connect_all_with(&urls, ClientOptions::default())
-        .await
-        .unwrap();
+    let (client, proxy) = redlock_with_the_last_behind_a_proxy(&servers).await;
     let ahead = 1u64 << 62;
     slow.command(&["SET", "fencelock:{agreed}:fence", &ahead.to_string()])
         .unwrap();
