@@ -239,9 +239,9 @@ impl RedisBackend {
             || !attempt.abandoned.is_empty()
             || !stale.is_empty();
         let mut call = evalsha(&scripts().acquire, if full { 4 } else { 2 });
-        call.arg(&keys.lock).arg(&keys.fence);
+        call.arg(keys.lock()).arg(keys.fence());
         if full {
-            call.arg(&keys.queue).arg(&keys.waiting);
+            call.arg(keys.queue()).arg(keys.waiting());
         }
         call.arg(&*attempt.owner)
             .arg(attempt.lease_ms)
@@ -253,7 +253,7 @@ impl RedisBackend {
             let window = queueing.join.map(|w| w.as_millis().to_string());
             call.arg(window.unwrap_or_default())
                 .arg(queueing.claim.map(|c| c.to_string()).unwrap_or_default())
-                .arg(&keys.channel)
+                .arg(keys.channel())
                 .arg(self.publish_mode())
                 .arg(attempt.listener.as_deref().unwrap_or(""))
                 .arg(&attempt.abandoned[..])
@@ -289,7 +289,7 @@ impl RedisBackend {
         // Not replicated in time: a failover now could lose it. Give it back.
         let _ = self.release(keys, owner, Some(hold), None).await;
         Err(Error::ReplicaAcks {
-            lock: keys.name.clone(),
+            lock: keys.name().to_owned(),
             server: self.server.clone(),
             acked: acked.max(0) as u32,
             needed: acks.replicas,
@@ -333,12 +333,12 @@ impl RedisBackend {
     ) -> Result<Released, Error> {
         let script = &scripts().release;
         let mut call = evalsha(script, 4);
-        call.arg(&keys.lock)
-            .arg(&keys.fence)
-            .arg(&keys.queue)
-            .arg(&keys.waiting)
+        call.arg(keys.lock())
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.waiting())
             .arg(owner)
-            .arg(&keys.channel);
+            .arg(keys.channel());
         match hold {
             Some(id) => call.arg(id),
             None => call.arg(""),
@@ -373,7 +373,10 @@ impl RedisBackend {
     ) -> Result<(), Error> {
         let script = &scripts().raise_fence;
         let mut call = evalsha(script, 2);
-        call.arg(&keys.lock).arg(&keys.fence).arg(owner).arg(token);
+        call.arg(keys.lock())
+            .arg(keys.fence())
+            .arg(owner)
+            .arg(token);
         let _: i64 = self.run(keys, script, &call).await?;
         Ok(())
     }
@@ -396,7 +399,7 @@ impl RedisBackend {
     fn extend_call(hold: &LeaseState, lease_ms: u64) -> redis::Cmd {
         let hold = &hold.hold;
         let mut call = evalsha(&scripts().extend, 1);
-        call.arg(&LockKeys::of(&hold.lock).lock)
+        call.arg(LockKeys::of(&hold.lock).lock())
             .arg(&*hold.owner)
             .arg(lease_ms)
             .arg(hold.id);
@@ -512,10 +515,10 @@ impl RedisBackend {
     pub(crate) async fn status(&self, keys: &LockKeys) -> Result<RawStatus, Error> {
         let script = &scripts().status;
         let mut call = evalsha(script, 4);
-        call.arg(&keys.lock)
-            .arg(&keys.fence)
-            .arg(&keys.queue)
-            .arg(&keys.waiting);
+        call.arg(keys.lock())
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.waiting());
         let reply: Vec<Value> = self.run(keys, script, &call).await?;
         scripts::parse_status(&reply).map_err(|detail| self.protocol(keys, &detail))
     }
@@ -524,10 +527,10 @@ impl RedisBackend {
     pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<Vec<(String, u64)>, Error> {
         let script = &scripts().force_unlock;
         let mut call = evalsha(script, 3);
-        call.arg(&keys.lock)
-            .arg(&keys.queue)
-            .arg(&keys.waiting)
-            .arg(&keys.channel)
+        call.arg(keys.lock())
+            .arg(keys.queue())
+            .arg(keys.waiting())
+            .arg(keys.channel())
             .arg(self.publish_mode())
             .arg(if self.hears_clients() {
                 CLIENT_CHANNELS
