@@ -2,11 +2,11 @@
 -- which read `pttl` and took a free lock in the common case, holds.lua and queue.lua).
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter (no TTL, outlives the lock),
 -- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners
---          (owner -> 'attempt window_ms since_us client'); both given only when queueing or
---          when giving attempts back
+--          (owner -> 'attempt window_ms since_us client')
 -- ARGV[1]: owner id, ARGV[2]: lease in ms, ARGV[3]: attempt id (this hold's id),
 -- ARGV[4]: '' to base a new token on this server's clock, or a token proposed by the client
 --          (RedLock: every server of a majority should issue the same token)
+-- The arguments after ARGV[4] are given only when queueing, claiming or giving attempts back.
 -- ARGV[5]: '' not to queue, or a place window in ms: when the lock is held, take (or renew)
 --          a place in the wait queue, valid for that long from now (the caller is subscribed
 --          to the release channel and will be handed the lock, for one window from then,
@@ -53,7 +53,7 @@ if list then
   if claim ~= '' and has(list, claim) then
     list = without(list, claim) -- the handover this caller missed: no second hold
   end
-  if k.queue then
+  if #ARGV >= 5 then -- an attempt that may hold a place re-enters: it leaves the queue
     queue_length(k)
     leave_queue(k, owner)
   end
@@ -88,12 +88,11 @@ if pttl ~= -2 then
   return {0, pttl}
 end
 local token = plan_token(k.fence, (proposal ~= '' and proposal) or now_us())
-local others = 0
-if k.queue then
-  others = queue_length(k)
-  if leave_queue(k, owner) then
-    others = others - 1
-  end
+-- A free lock whose queue has places (acquire_free.lua came here): marked below, so that
+-- its release hands it over.
+local others = queue_length(k)
+if leave_queue(k, owner) then
+  others = others - 1
 end
 redis.call('SET', k.fence, token)
 if others > 0 then

@@ -228,9 +228,9 @@ impl RedisBackend {
         }
     }
 
-    /// The acquire script's call. Keys and trailing arguments the script does not need are
-    /// left out: every one costs the server. The queue's keys are only touched when queueing
-    /// or giving attempts back (`attempt.abandoned`, and `stale`: see `before_acquire`).
+    /// The acquire script's call. Trailing arguments the script does not need are left out:
+    /// every one costs the server. They are given only when queueing or giving attempts back
+    /// (`attempt.abandoned`, and `stale`: see `before_acquire`).
     fn acquire_call(&self, attempt: &Attempt, proposal: Option<u64>, stale: &[u64]) -> redis::Cmd {
         let keys = &attempt.keys;
         let queueing = attempt.queueing;
@@ -238,11 +238,12 @@ impl RedisBackend {
             || queueing.claim.is_some()
             || !attempt.abandoned.is_empty()
             || !stale.is_empty();
-        let mut call = evalsha(&scripts().acquire, if full { 4 } else { 2 });
-        call.arg(keys.lock()).arg(keys.fence());
-        if full {
-            call.arg(keys.queue()).arg(keys.waiting());
-        }
+        // The queue's keys always: a free lock whose queue has places is marked for a handover.
+        let mut call = evalsha(&scripts().acquire, 4);
+        call.arg(keys.lock())
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.waiting());
         call.arg(&*attempt.owner)
             .arg(attempt.lease_ms)
             .arg(attempt.id);
