@@ -4,7 +4,8 @@
 //! - `fencelock:{name}`: hash `owner id -> hold ids` (space-separated attempt ids, oldest first;
 //!   the hold count is their number), `=token` (the holding's fencing token), and `=q` while the
 //!   wait queue may have places (a release looks at the queue only then). TTL: the lease.
-//! - `fencelock:{name}:fence`: the last fencing token issued; no TTL.
+//! - `fencelock:{name}:fence`: the last fencing token issued. TTL: the client's fence horizon,
+//!   from that token on (a new counter starts from the server's clock).
 //! - `fencelock:{name}:queue` (list of waiting owner ids, in arrival order) and
 //!   `fencelock:{name}:waiting` (hash `owner id -> "attempt window_ms since_us client"`): the wait
 //!   queue (not RedLock). Both expire with the newest place's window. `status.lua` reads them with
@@ -141,7 +142,8 @@ impl LockKeys {
         self.key("")
     }
 
-    /// The fencing counter. It has no TTL so that tokens keep increasing across holders.
+    /// The fencing counter. It outlives the lock by a horizon, so that tokens keep increasing
+    /// across holders.
     pub(crate) fn fence(&self) -> Key<'_> {
         self.key(":fence")
     }

@@ -32,6 +32,8 @@ pub(crate) struct RedisBackend {
     conn: Conn,
     server: String,
     request_bound: Duration,
+    /// How long a lock's fencing counter lives after its last token, in ms (as an argument).
+    horizon_ms: u64,
 }
 
 impl RedisBackend {
@@ -60,6 +62,7 @@ impl RedisBackend {
             server: node.server.clone(),
             conn: Conn::Master(Master::Plain(Arc::new(node))),
             request_bound: options.request_bound(),
+            horizon_ms: options.fence_horizon.as_millis() as u64,
         })
     }
 
@@ -134,6 +137,7 @@ impl RedisBackend {
             conn,
             server,
             request_bound: bound,
+            horizon_ms: options.fence_horizon.as_millis() as u64,
         };
         let warnings = backend.check_eviction_policy().await?;
         backend.preload_scripts().await;
@@ -246,7 +250,8 @@ impl RedisBackend {
             .arg(keys.waiting());
         call.arg(&*attempt.owner)
             .arg(attempt.lease_ms)
-            .arg(attempt.id);
+            .arg(attempt.id)
+            .arg(self.horizon_ms);
         if proposal.is_some() || full {
             call.arg(proposal.map(|t| t.to_string()).unwrap_or_default());
         }
@@ -344,6 +349,7 @@ impl RedisBackend {
             Some(id) => call.arg(id),
             None => call.arg(""),
         };
+        call.arg(self.horizon_ms);
         // Arguments the script does not need are left out: every one costs the server.
         match (message, self.publish_mode()) {
             (None, "") => {}
@@ -377,7 +383,8 @@ impl RedisBackend {
         call.arg(keys.lock())
             .arg(keys.fence())
             .arg(owner)
-            .arg(token);
+            .arg(token)
+            .arg(self.horizon_ms);
         let _: i64 = self.run(keys, script, &call).await?;
         Ok(())
     }

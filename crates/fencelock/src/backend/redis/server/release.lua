@@ -7,13 +7,15 @@
 -- ARGV[3]: the hold to give back (the attempt id that took it; also gives up the place that
 --          attempt took in the queue), or '' for the owner's newest hold (a release by owner
 --          id, without a guard; an owner that holds nothing then leaves the queue),
--- ARGV[4]: the release message (absent or '': the owner id, published only when a waiter of
+-- ARGV[4]: the counter's horizon in ms (its TTL after the token a handover issues),
+-- ARGV[5]: the release message (absent or '': the owner id, published only when a waiter of
 --          the queue may need it; given (RedLock, whose servers keep no queue): always
---          published), ARGV[5]: 'S' to publish with SPUBLISH (Redis Cluster).
+--          published), ARGV[6]: 'S' to publish with SPUBLISH (Redis Cluster).
 -- Returns the holds left (0: released), or -1 when that hold (or the owner) held nothing.
-local message = ARGV[4]
+local message = ARGV[5]
 local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
-  channel = ARGV[2], sharded = ARGV[5] == 'S', always = message ~= nil and message ~= ''}
+  channel = ARGV[2], sharded = ARGV[6] == 'S', always = message ~= nil and message ~= '',
+  horizon = ARGV[4]}
 local owner, id = ARGV[1], ARGV[3]
 if not k.always then
   message = owner

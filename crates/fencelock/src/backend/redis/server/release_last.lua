@@ -5,8 +5,8 @@
 local fields = read('HMGET', KEYS[1], ARGV[1], QUEUED)
 if ARGV[3] ~= '' and fields[1] == ARGV[3] and not fields[2] then
   redis.call('DEL', KEYS[1])
-  if ARGV[4] and ARGV[4] ~= '' then
-    publish(ARGV[2], ARGV[5] == 'S', ARGV[4]) -- RedLock: every release is announced
+  if ARGV[5] and ARGV[5] ~= '' then
+    publish(ARGV[2], ARGV[6] == 'S', ARGV[5]) -- RedLock: every release is announced
   end
   return 0
 end
