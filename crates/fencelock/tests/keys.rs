@@ -75,6 +75,9 @@ async fn tokens_reach_2_pow_64_minus_1_and_then_refuse_leaving_nothing() {
             !has_key(&server, "top"),
             "the failed acquire left the lock behind"
         );
+        // The acquire wrote the counter before it checked it (`SET ... GET`): it put the old
+        // value back.
+        assert_eq!(counter(&server, "top"), u64::MAX.to_string());
     }
     // A counter beyond the range, or not a number, is refused the same way.
     for bad in ["18446744073709551616", "99999999999999999999999", "12abc"] {
@@ -84,7 +87,13 @@ async fn tokens_reach_2_pow_64_minus_1_and_then_refuse_leaving_nothing() {
             "counter {bad} was accepted"
         );
         assert!(!has_key(&server, "top"));
+        assert_eq!(counter(&server, "top"), bad);
     }
+}
+
+fn counter(server: &RedisServer, name: &str) -> String {
+    let key = format!("fencelock:{{{name}}}:fence");
+    server.command(&["GET", &key]).unwrap().text().unwrap()
 }
 
 #[tokio::test]

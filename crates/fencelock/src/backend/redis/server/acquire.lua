@@ -1,5 +1,5 @@
--- Acquire or re-enter a lock in one round trip (after base.lua, tokens.lua, acquire_free.lua,
--- which took a free lock in the common case and read `pttl` otherwise, holds.lua and queue.lua).
+-- Acquire or re-enter a lock in one round trip (after acquire_free.lua, which took a free lock
+-- in the common case and read `pttl` otherwise, base.lua, tokens.lua, holds.lua and queue.lua).
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter (outlives the lock: it expires a
 --          horizon after the last token it issued), KEYS[3]: the wait queue (owners in arrival
 --          order), KEYS[4]: the waiting owners (owner -> 'attempt window_ms since_us client')

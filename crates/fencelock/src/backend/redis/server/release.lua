@@ -1,5 +1,5 @@
--- Give back one hold of a lock (after base.lua, release_last.lua, which read `fields` and
--- gave back a lone hold in the common case, holds.lua, tokens.lua and queue.lua); at zero,
+-- Give back one hold of a lock (after release_last.lua, which read `fields` and gave back a
+-- lone hold in the common case, base.lua, holds.lua, tokens.lua and queue.lua); at zero,
 -- hand the lock to the first waiter in the queue that still has time left, or delete it.
 -- KEYS[1]: the lock hash, KEYS[2]: the fencing counter, KEYS[3]: the wait queue,
 -- KEYS[4]: the waiting owners (see acquire.lua)
@@ -19,6 +19,9 @@ local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
 local owner, id = ARGV[1], ARGV[3]
 if not k.always then
   message = owner
+end
+if fields.err then
+  read('HMGET', k.lock, owner, QUEUED) -- fails, naming the key
 end
 local list, marked = fields[1], fields[2]
 if id == '' then
