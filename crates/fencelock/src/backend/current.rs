@@ -16,11 +16,9 @@ pub(crate) trait Ends: Sized + Send + Sync {
     /// What it is, for logs: "ZooKeeper session", "etcd lease".
     const WHAT: &'static str;
     /// Opens one, with warnings for the caller of `connect`; its work that must outlive a
-    /// call goes to the client's `background`.
+    /// call goes to the client's background task (`Opening::background`).
     fn open(
-        target: &Self::Target,
-        options: &ClientOptions,
-        background: &Background,
+        at: &Opening<Self::Target>,
     ) -> impl Future<Output = Result<(Arc<Self>, Vec<Warning>), Error>> + Send;
     /// Whether it has ended (expired, revoked or closed) for good.
     fn has_ended(&self) -> bool;
@@ -30,36 +28,36 @@ pub(crate) trait Ends: Sized + Send + Sync {
     fn id(&self) -> i64;
 }
 
+/// What opens a session or lease: where, with the client's options, and the client's
+/// background task.
+pub(crate) struct Opening<T> {
+    pub(crate) target: T,
+    pub(crate) options: ClientOptions,
+    pub(crate) background: Background,
+}
+
 /// The current one, what opens the next, and the lock that lets only one operation open it.
 pub(crate) struct Current<T: Ends> {
     now: Mutex<Arc<T>>,
     reopening: tokio::sync::Mutex<()>,
-    target: T::Target,
-    options: ClientOptions,
-    background: Background,
+    opening: Opening<T::Target>,
 }
 
 impl<T: Ends> Current<T> {
     /// Opens the first one.
-    pub(crate) async fn open(
-        target: T::Target,
-        options: &ClientOptions,
-        background: &Background,
-    ) -> Result<(Self, Vec<Warning>), Error> {
-        let (first, warnings) = T::open(&target, options, background).await?;
+    pub(crate) async fn open(opening: Opening<T::Target>) -> Result<(Self, Vec<Warning>), Error> {
+        let (first, warnings) = T::open(&opening).await?;
         let current = Self {
             now: Mutex::new(first),
             reopening: tokio::sync::Mutex::new(()),
-            target,
-            options: options.clone(),
-            background: background.clone(),
+            opening,
         };
         Ok((current, warnings))
     }
 
-    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
-    pub(crate) fn target(&self) -> &T::Target {
-        &self.target
+    /// The client's background task.
+    pub(crate) fn background(&self) -> &Background {
+        &self.opening.background
     }
 
     /// The current one, as it is (ended or not): releases use it, since a hold of an ended
@@ -79,7 +77,7 @@ impl<T: Ends> Current<T> {
         if !now.has_ended() {
             return Ok(now);
         }
-        let (fresh, _) = T::open(&self.target, &self.options, &self.background).await?;
+        let (fresh, _) = T::open(&self.opening).await?;
         tracing::info!(
             old = format_args!("{:#x}", now.id()),
             new = format_args!("{:#x}", fresh.id()),

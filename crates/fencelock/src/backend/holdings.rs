@@ -8,13 +8,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use super::{Ctx, Held, LockRequest, Released};
+use super::{Held, LockRequest, Released};
 use crate::background::Background;
-use crate::error::{Error, InputError};
-use crate::lease::{Hold, LeaseState, LostReason};
-use crate::options::LockOptions;
+use crate::error::Error;
+use crate::lease::{LeaseState, LostReason};
 
 /// One holding: a lock node (key) of this session and the holds (guards) over it.
 struct Holding {
@@ -243,54 +240,13 @@ impl Holdings {
     }
 }
 
-/// A service whose holdings live in a session or lease (ZooKeeper's nodes, etcd's keys): how
-/// it deletes a holding's entry; giving a hold back is the same for both ([`Sessioned::give_back`]).
-pub(crate) trait Sessioned: Send + Sync + Sized + 'static {
-    /// Why a request failed.
-    type Fault: Send;
-    /// The session's holdings.
-    fn holdings(&self) -> &Holdings;
-    /// The client's background task.
-    fn background(&self) -> &Background;
-    /// Whether the session (lease) has ended: every hold ended with it.
-    fn ended(&self) -> bool;
-    /// Deletes a closing holding's node or key and settles it ([`Holdings::settle`]).
-    fn delete_holding(
-        self: Arc<Self>,
-        closing: Closing,
-    ) -> impl Future<Output = Result<Released, Self::Fault>> + Send;
-    /// A failure as fencelock's error.
-    fn fail_on(&self, lock: &str, fault: Self::Fault) -> Error;
-
-    /// Gives back hold `id` (`None`: the owner's newest); the last one deletes the holding's
-    /// node or key. A delete that fails, or that the caller stopped waiting for, closes the
-    /// holding to re-entry and goes on in the background until the entry is gone or the
-    /// session ends. A hold of an ended session is `NotHeld`, a re-entered lock's too.
-    fn give_back<'a>(
-        self: &'a Arc<Self>,
-        name: &'a str,
-        owner: &'a Arc<str>,
-        id: Option<u64>,
-    ) -> impl Future<Output = Result<Released, Error>> + Send + 'a {
-        async move {
-            if self.ended() {
-                return Ok(Released::NotHeld);
-            }
-            let delete = |service: Arc<Self>, closing| service.delete_holding(closing);
-            let (holdings, background) = (self.holdings(), self.background());
-            let released = give_back(self, holdings, background, (name, owner, id), delete).await;
-            released.map_err(|e| self.fail_on(name, e))
-        }
-    }
-}
-
 /// Gives back hold `id` (`None`: the owner's newest) of the owner's holding in `holdings`;
 /// the last one deletes the holding's node or key with `delete` (which settles the holding,
 /// [`Holdings::settle`]). A delete that fails, or whose caller stops waiting for it (a release
 /// future dropped or timed out before the server answered: the request may never have left),
 /// goes on in the background ([`delete_later`]) until the node or key is gone or the session
 /// ends; the holding is never re-entered meanwhile (it is closing).
-async fn give_back<I, F, Fut, E>(
+pub(crate) async fn give_back<I, F, Fut, E>(
     service: &Arc<I>,
     holdings: &Holdings,
     background: &Background,
@@ -363,49 +319,6 @@ where
             tokio::time::sleep(DELETE_AGAIN).await;
         }
     });
-}
-
-/// Refuses, before any I/O, the per-lock options a session service has no use for: its
-/// session (or lease) is the lease of every lock it holds, and it answers a write only after
-/// a quorum logged it. `quorum` and `session` say so in the service's words.
-pub(crate) fn refuse_per_lock_options(
-    options: &LockOptions,
-    quorum: &'static str,
-    session: &'static str,
-) -> Result<(), InputError> {
-    if options.replica_acks.is_some() {
-        return Err(InputError::InvalidOption {
-            option: "min_replica_acks",
-            reason: quorum,
-        });
-    }
-    if options.lease.is_some() {
-        return Err(InputError::InvalidOption {
-            option: "lease",
-            reason: session,
-        });
-    }
-    Ok(())
-}
-
-/// A hold granted on a session service: the session's length is its lease and the session's
-/// deadline its deadline, and the watchdog never renews it (the session is kept alive by the
-/// service). The core builds its state (`Ctx::grant`); the caller attaches it to its session.
-pub(crate) fn session_lease(
-    ctx: &Ctx,
-    request: &LockRequest<'_>,
-    (length, deadline): (Duration, Instant),
-    token: u64,
-) -> Arc<LeaseState> {
-    let hold = Hold {
-        lock: request.lock.clone(),
-        owner: request.owner.clone(),
-        lease: length,
-        renew: false,
-        id: rand::random(),
-        token,
-    };
-    ctx.grant(hold, deadline, deadline)
 }
 
 #[cfg(test)]

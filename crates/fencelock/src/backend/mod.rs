@@ -36,6 +36,8 @@ pub(crate) mod redis;
 pub(crate) mod registry;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod session_holds;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) mod session_service;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 

@@ -28,7 +28,7 @@ pub(super) async fn audit(inner: Weak<Inner>) {
     loop {
         tokio::time::sleep(every).await;
         let Some(inner) = inner.upgrade() else { return };
-        if inner.session.ended.is_cancelled() {
+        if inner.session.holds.ended.is_cancelled() {
             return;
         }
         inner.check().await;
@@ -38,7 +38,7 @@ pub(super) async fn audit(inner: Weak<Inner>) {
 impl Inner {
     /// One read of the lease's keys; holdings missing from it are lost.
     async fn check(&self) {
-        let held = self.holdings.all();
+        let held = self.session.holds.holdings.all();
         if held.is_empty() {
             return;
         }
@@ -65,7 +65,11 @@ impl Inner {
             let existed = i64::try_from(token).is_ok_and(|t| t <= at);
             if existed
                 && !keys.contains(key.as_bytes())
-                && self.holdings.vanished(&name, &owner, &key, token)
+                && self
+                    .session
+                    .holds
+                    .holdings
+                    .vanished(&name, &owner, &key, token)
             {
                 tracing::warn!(lock = %name, key, "the lock's key was deleted by another client");
                 self.slots.free(&name);

@@ -12,6 +12,7 @@ use super::slots::Slot;
 use super::Inner;
 use crate::backend::queue::rule::Sight;
 use crate::backend::queue::{Driver, Turn};
+use crate::backend::session_service::SessionLocks;
 use crate::backend::{LockRequest, Wait};
 use crate::error::Error;
 
@@ -143,7 +144,7 @@ impl Driver for Queue<'_> {
     }
 
     fn transient(&self, fault: &Fault) -> bool {
-        fault.transient() && !self.inner.session.ended.is_cancelled()
+        fault.transient() && !self.inner.session.holds.ended.is_cancelled()
     }
 
     fn fail(&self, fault: Fault) -> Error {

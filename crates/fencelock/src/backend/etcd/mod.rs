@@ -8,8 +8,11 @@
 //! - `recipe`: the keys (create if absent, the queue order, waiting on the key just before
 //!   one's own from the current revision, undo).
 //! - `driver`: etcd's side of the queue recipe shared with ZooKeeper (`super::queue`).
-//! - `ops`: releases, status, forced unlocks.
+//! - `ops`: a holding's key deleted, the lock's keys for status, release by owner and forced
+//!   unlocks, the holder's remaining TTL.
 //! - `audit`: holdings whose key was deleted behind the client's back (a forced unlock).
+//! - here: the lease (`Inner`) as a `super::session_service::SessionLocks`, which the shared
+//!   `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with
 //!   ZooKeeper).
 //!
@@ -23,17 +26,14 @@ use self::driver::{Attempt, Queue};
 use self::recipe::Entry;
 use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
-use super::current::{Current, Ends};
-use super::holdings::{self, Holdings, Sessioned};
+use super::current::{Ends, Opening};
+use super::holdings::Closing;
 use super::queue::{self, rule::First};
-use super::{
-    Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
-};
+use super::session_holds::SessionHolds;
+use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
+use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
-use crate::lease::LeaseState;
-use crate::name::LockName;
-use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::BoxFuture;
 
 mod audit;
@@ -44,51 +44,13 @@ mod session;
 mod slots;
 mod url;
 
-/// The service's name in errors.
-const SERVICE: &str = "etcd";
-
-/// The etcd lock service of one client.
-pub(crate) struct Etcd {
-    /// The current lease with its holdings, replaced by a new one once it has ended.
-    current: Current<Inner>,
-}
-
 /// What background work needs of the service.
 struct Inner {
     session: Arc<Session>,
-    holdings: Holdings,
     /// The client's background task: deletes that must go on after a failed release.
     background: Background,
     slots: Slots,
     prefix: String,
-}
-
-impl Etcd {
-    /// Connects and grants the client's lease. Checks the URL (and that a password has a
-    /// user to go with) before any I/O.
-    pub(crate) async fn connect(
-        url: &str,
-        options: &ClientOptions,
-        background: &Background,
-    ) -> Result<(Self, Vec<Warning>), Error> {
-        let target = url::parse_target(url)?;
-        if options.password.is_some() && target.user.is_none() {
-            return Err(InputError::InvalidUrl {
-                url: crate::redact_url(url),
-                reason: "a password (ClientOptions::password, FENCELOCK_PASSWORD) needs the etcd \
-                         user in the URL: etcd://user@host:port"
-                    .into(),
-            }
-            .into());
-        }
-        let (current, warnings) = Current::open(target, options, background).await?;
-        Ok((Self { current }, warnings))
-    }
-
-    /// The current lease, or a new one if it has ended (expired or revoked).
-    async fn inner(&self) -> Result<Arc<Inner>, Error> {
-        self.current.live().await
-    }
 }
 
 /// The lease ends with the last handle on what lives in it (also one that was opened and
@@ -115,18 +77,13 @@ impl Ends for Inner {
     const WHAT: &'static str = "etcd lease";
 
     /// Grants a lease and starts the audit of its holdings.
-    async fn open(
-        target: &url::EtcdTarget,
-        options: &ClientOptions,
-        background: &Background,
-    ) -> Result<(Arc<Self>, Vec<Warning>), Error> {
-        let (session, warnings) = Session::connect(target, options).await?;
+    async fn open(at: &Opening<url::EtcdTarget>) -> Result<(Arc<Self>, Vec<Warning>), Error> {
+        let (session, warnings) = Session::connect(&at.target, &at.options).await?;
         let inner = Arc::new(Inner {
             session,
-            holdings: Holdings::default(),
-            background: background.clone(),
+            background: at.background.clone(),
             slots: Slots::default(),
-            prefix: target.prefix.clone(),
+            prefix: at.target.prefix.clone(),
         });
         tokio::spawn(audit::audit(Arc::downgrade(&inner)));
         Ok((inner, warnings))
@@ -137,7 +94,7 @@ impl Ends for Inner {
     }
 
     fn has_ended(&self) -> bool {
-        self.session.ended.is_cancelled()
+        self.session.holds.ended.is_cancelled()
     }
 
     fn stop(&self) {
@@ -145,66 +102,54 @@ impl Ends for Inner {
     }
 }
 
-impl Inner {
-    /// An etcd failure as fencelock's error.
-    pub(super) fn fail(&self, lock: Option<&str>, fault: Fault) -> Error {
-        let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());
+impl SessionLocks for Inner {
+    type Fault = Fault;
+    /// Its words say that the client's lease is the lease of every lock it holds.
+    const SERVICE: Service = Service {
+        name: "etcd",
+        // A lock name must be one key segment below the prefix.
+        check_name: url::check_name,
+        quorum: "a Redis option; etcd answers a write only after a quorum of the cluster logged it",
+        session: "etcd locks last as long as the client's lease; set its TTL with \
+                  ClientOptions::default_lease instead",
+        ended: "etcd: the client's lease expired or was revoked",
+        unheard: "no etcd keep-alive answered within the lease TTL; the lease (and this \
+                  owner's holding) may have expired",
+        held_elsewhere: "releasing a lock that another etcd client holds",
+        only_its_client: "the lock is a key under the holder's lease; only that client \
+                          releases it (or Client::force_unlock deletes it)",
+    };
+
+    fn server(&self) -> String {
+        self.session.server.clone()
+    }
+
+    fn holds(&self) -> &SessionHolds {
+        &self.session.holds
+    }
+
+    /// An etcd failure: the credentials refused, or an answer that trying again would not
+    /// change, or else unavailable.
+    fn failure(fault: Fault) -> (Failure, String) {
         match fault {
-            Fault::Malformed(_) => Error::Protocol {
-                lock,
-                server,
-                detail: format!("etcd: {fault}"),
-            },
-            Fault::Etcd(ref e) if session::denied(e) => Error::Denied {
-                lock,
-                server,
-                detail: format!("etcd: {fault}"),
-            },
+            Fault::Malformed(_) => (Failure::Protocol, format!("etcd: {fault}")),
+            Fault::Etcd(ref e) if session::denied(e) => (Failure::Denied, format!("etcd: {fault}")),
             Fault::Etcd(etcd_client::Error::GRpcStatus(ref s)) if !fault.transient() => {
-                Error::Protocol {
-                    lock,
-                    server,
-                    detail: format!("etcd answered: {}", s.message()),
-                }
+                (Failure::Protocol, format!("etcd answered: {}", s.message()))
             }
-            fault => Error::Unavailable {
-                lock,
-                server,
-                detail: format!("etcd: {fault}"),
-            },
+            fault => (Failure::Unavailable, format!("etcd: {fault}")),
         }
     }
 
-    /// Before a new attempt: the lease must still be usable.
-    fn alive(&self, lock: &str) -> Result<(), Error> {
-        if self.session.ended.is_cancelled() {
-            return Err(self.fail(Some(lock), Fault::Ended));
-        }
-        Ok(())
-    }
-
-    async fn acquire(
-        self: &Arc<Self>,
-        ctx: &Ctx,
-        request: &LockRequest<'_>,
-        wait: Wait,
-    ) -> Result<Acquired, Error> {
+    /// The client's slot for the lock first, then the key.
+    async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
+        let Ask { ctx, request, wait } = ask;
         let name = &request.lock.name;
-        let started = self.holdings.start(
-            self.session.is_live(),
-            self.alive(name),
-            request,
-            |token| self.lease(ctx, request, token),
-            || self.unheard(name),
-        );
-        if let Some(held) = started? {
-            return Ok(Acquired::Held(held));
-        }
         // An owner of this client waits here for another's holding to end; if the lease ends
         // first, that holding's slot is never freed in this lease: stop waiting then.
         let slot = tokio::select! {
             slot = self.slots.take(name, wait) => slot,
-            () = self.session.ended.cancelled() => return Err(self.fail(Some(name), Fault::Ended)),
+            () = self.session.holds.ended.cancelled() => return Err(self.fail(Some(name), Fault::Ended)),
         };
         let Some(slot) = slot else {
             return wait.not_acquired(name);
@@ -231,24 +176,36 @@ impl Inner {
         }
     }
 
-    /// The refusal of an owner that holds the lock while no keep-alive was answered within
-    /// the lease TTL (see `Holdings::start`).
-    fn unheard(&self, name: &str) -> Error {
-        Error::Unavailable {
-            lock: Some(name.to_owned()),
-            server: self.session.server.clone(),
-            detail: "no etcd keep-alive answered within the lease TTL; the lease (and this \
-                     owner's holding) may have expired"
-                .into(),
-        }
+    async fn delete_holding(self: Arc<Self>, closing: Closing) -> Result<Released, Fault> {
+        self.delete_entry(&closing).await
     }
 
+    async fn queue(&self, name: &str) -> Result<Vec<Listed>, Error> {
+        self.listed(name).await
+    }
+
+    /// That revision only.
+    async fn delete_head(&self, head: &Listed) -> Result<bool, Fault> {
+        recipe::delete(&self.session, &head.path, Some(head.token)).await
+    }
+
+    async fn remaining(&self, head: &Listed) -> Option<Duration> {
+        self.ttl_left(head.session).await
+    }
+
+    /// Keys of other clients (`etcdctl lock`) store no owner id: their lease stands for it.
+    fn shown(entry: &Listed) -> String {
+        recipe::owner_or_lease(&entry.owner, entry.session)
+    }
+}
+
+impl Inner {
     /// Refuses to queue behind a holding of the same owner id under another lease: a second
     /// process cannot re-enter (own) another client's key.
     pub(super) fn foreign(&self, owner: &str, holder: &Entry) -> Result<(), Error> {
         if holder.owner == owner && holder.lease != self.session.lease {
             return Err(Error::Unsupported {
-                service: SERVICE,
+                service: Self::SERVICE.name,
                 what: "re-entry by an owner id that another etcd client holds",
                 why: "an etcd lock is a key under one client's lease; re-entry is counted in \
                       the client that holds it (Lock::with_owner works across processes on \
@@ -256,14 +213,6 @@ impl Inner {
             });
         }
         Ok(())
-    }
-
-    /// A hold's lease: the client lease's TTL and deadline, never renewed by the watchdog.
-    fn lease(&self, ctx: &Ctx, request: &LockRequest<'_>, token: u64) -> Arc<LeaseState> {
-        let times = (self.session.ttl, self.session.deadline());
-        let lease = holdings::session_lease(ctx, request, times, token);
-        self.session.register(&lease);
-        lease
     }
 
     /// The attempt's key is the lowest: a new holding, which keeps the client's slot for the
@@ -285,86 +234,26 @@ impl Inner {
                 server: self.session.server.clone(),
                 detail: format!("the lock key's create revision {revision} is not a revision"),
             })?;
-        let lease = self.lease(ctx, request, token);
-        self.holdings
-            .insert(name, request.owner, key.clone(), &lease);
+        let lease = self.hold(ctx, request, key, token);
         self.slots.keep(name, slot);
         Ok(Held { lease, count: 1 })
     }
 }
 
-/// Connects etcd (its registry line): one URL that lists the servers.
+/// Connects etcd (its registry line): one URL that lists the servers. Checks the URL (and
+/// that a password has a user to go with) before any I/O, then grants the client's lease.
 pub(crate) fn connect(c: Connecting<'_>) -> BoxFuture<'_, Result<Connected, Error>> {
     Box::pin(async move {
-        let (etcd, warnings) = Etcd::connect(c.url(), c.options, c.background).await?;
-        Ok((Arc::new(etcd) as Arc<dyn LockService>, warnings))
+        let target = url::parse_target(c.url())?;
+        if c.options.password.is_some() && target.user.is_none() {
+            return Err(InputError::InvalidUrl {
+                url: crate::redact_url(c.url()),
+                reason: "a password (ClientOptions::password, FENCELOCK_PASSWORD) needs the etcd \
+                         user in the URL: etcd://user@host:port"
+                    .into(),
+            }
+            .into());
+        }
+        SessionService::<Inner>::connect(target, c.options, c.background).await
     })
-}
-
-impl LockService for Etcd {
-    fn name(&self) -> &'static str {
-        SERVICE
-    }
-
-    fn server(&self) -> String {
-        self.current.now().session.server.clone()
-    }
-
-    /// A lock name must be one key segment below the prefix.
-    fn check_name(&self, name: &str) -> Result<(), InputError> {
-        url::check_name(name)
-    }
-
-    /// Options that mean nothing here are refused: the client's lease is the lock's.
-    fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
-        holdings::refuse_per_lock_options(
-            options,
-            "a Redis option; etcd answers a write only after a quorum of the cluster logged it",
-            "etcd locks last as long as the client's lease; set its TTL with \
-             ClientOptions::default_lease instead",
-        )
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        request: &'a LockRequest<'a>,
-        wait: Wait,
-    ) -> BoxFuture<'a, Result<Acquired, Error>> {
-        Box::pin(async move { self.inner().await?.acquire(ctx, request, wait).await })
-    }
-
-    fn release<'a>(
-        &'a self,
-        _ctx: &'a Ctx,
-        lease: &'a Arc<LeaseState>,
-    ) -> BoxFuture<'a, Result<Released, Error>> {
-        Box::pin(async move {
-            // A hold of an ended lease is in no later lease's holdings: `NotHeld`.
-            let hold = &lease.hold;
-            self.current
-                .now()
-                .give_back(&hold.lock.name, &hold.owner, Some(hold.id))
-                .await
-        })
-    }
-
-    fn release_owner<'a>(
-        &'a self,
-        lock: &'a Arc<LockName>,
-        owner: &'a Arc<str>,
-    ) -> BoxFuture<'a, Result<Released, Error>> {
-        Box::pin(async move { self.inner().await?.release_owner(&lock.name, owner).await })
-    }
-
-    fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
-        Box::pin(async move { self.inner().await?.status(&lock.name).await })
-    }
-
-    fn force_unlock<'a>(
-        &'a self,
-        lock: &'a Arc<LockName>,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
-        Box::pin(async move { self.inner().await?.force_unlock(&lock.name).await })
-    }
 }

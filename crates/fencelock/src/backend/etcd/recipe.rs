@@ -53,14 +53,14 @@ impl Entry {
             lease: kv.lease,
         }
     }
+}
 
-    /// The owner as status shows it: the owner id, or the lease for keys of other clients
-    /// (`etcdctl lock`) that store none.
-    pub(crate) fn owner_or_lease(&self) -> String {
-        match self.owner.is_empty() {
-            true => format!("etcd lease {:x}", self.lease),
-            false => self.owner.clone(),
-        }
+/// An owner id as status shows it: the id, or the lease for keys of other clients
+/// (`etcdctl lock`) that store none.
+pub(crate) fn owner_or_lease(owner: &str, lease: i64) -> String {
+    match owner.is_empty() {
+        true => format!("etcd lease {lease:x}"),
+        false => owner.to_owned(),
     }
 }
 
@@ -299,7 +299,7 @@ pub(crate) async fn wait_for(
     };
     tokio::select! {
         gone = deletion.gone() => Ok(if gone { Wake::Gone } else { Wake::Again }),
-        _ = session.ended.cancelled() => Err(Fault::Ended),
+        _ = session.holds.ended.cancelled() => Err(Fault::Ended),
         _ = until => Ok(Wake::Deadline),
     }
 }
@@ -342,12 +342,7 @@ mod tests {
 
     #[test]
     fn owners_without_an_id_are_named_by_lease() {
-        let e = Entry {
-            key: "k".into(),
-            owner: String::new(),
-            revision: 5,
-            lease: 255,
-        };
-        assert_eq!(e.owner_or_lease(), "etcd lease ff");
+        assert_eq!(owner_or_lease("", 255), "etcd lease ff");
+        assert_eq!(owner_or_lease("o", 255), "o");
     }
 }

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client as etcd;
@@ -21,7 +21,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::session_holds::SessionHolds;
 use crate::error::{Error, Warning};
-use crate::lease::LeaseState;
 use crate::options::ClientOptions;
 
 use super::url::EtcdTarget;
@@ -111,12 +110,9 @@ pub(crate) struct Session {
     pub(crate) ttl: Duration,
     /// `host:port,...` for errors.
     pub(crate) server: String,
-    heard: Mutex<Instant>,
-    drift: Duration,
     pub(crate) response_timeout: Duration,
-    holds: SessionHolds,
-    /// Cancelled when the lease expired or was revoked (terminal).
-    pub(crate) ended: CancellationToken,
+    /// When a keep-alive was last answered, the lease's holds, whether it ended.
+    pub(crate) holds: SessionHolds,
     stop: CancellationToken,
 }
 
@@ -180,11 +176,8 @@ impl Session {
             lease: granted.id(),
             ttl,
             server,
-            heard: Mutex::new(sent),
-            drift: options.drift(ttl),
             response_timeout: options.response_timeout,
-            holds: SessionHolds::default(),
-            ended: CancellationToken::new(),
+            holds: SessionHolds::new(sent, ttl, options.drift(ttl)),
             stop: CancellationToken::new(),
         });
         tokio::spawn(session.clone().keep_alive());
@@ -251,41 +244,17 @@ impl Session {
         .await
     }
 
+    /// A keep-alive sent at `sent` was answered: every live hold lasts until the new deadline.
     fn heard(&self, sent: Instant) {
-        let deadline = {
-            let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
-            *heard = (*heard).max(sent);
-            *heard + self.ttl.saturating_sub(self.drift)
-        };
-        self.holds.refresh(deadline);
-    }
-
-    /// The instant after which the server may have expired the lease: every hold of it
-    /// counts as lost then.
-    pub(crate) fn deadline(&self) -> Instant {
-        let heard = *self.heard.lock().unwrap_or_else(|e| e.into_inner());
-        heard + self.ttl.saturating_sub(self.drift)
-    }
-
-    /// Whether the lease may still be alive on the server.
-    pub(crate) fn is_live(&self) -> bool {
-        !self.ended.is_cancelled() && Instant::now() < self.deadline()
-    }
-
-    /// A hold that lives in this lease: its deadline follows the session's, and its lost
-    /// signal fires when the lease ends.
-    pub(crate) fn register(&self, lease: &Arc<LeaseState>) {
-        self.holds.register(lease);
+        self.holds.heard(sent);
+        self.holds.refresh();
     }
 
     /// The lease expired or was revoked: every hold is lost, at once.
     pub(crate) fn end(&self, why: &str) {
-        if self.ended.is_cancelled() {
-            return;
+        if self.holds.end() {
+            tracing::warn!(lease = %format!("{:x}", self.lease), why, "etcd lease ended");
         }
-        tracing::warn!(lease = %format!("{:x}", self.lease), why, "etcd lease ended");
-        self.ended.cancel();
-        self.holds.end();
     }
 
     /// Keeps the lease alive until stopped or ended, opening the stream again whenever it

@@ -9,7 +9,8 @@
 //! Each service keeps its recipe specifics behind a [`Driver`]: how an entry is made (with
 //! what the service can read in the same round trip), how the queue is read, how one waits
 //! for an entry to go, how an attempt is undone; and its URL and session. Giving a holding
-//! back is `super::holdings::give_back`, shared the same way.
+//! back is `super::holdings::give_back`, and the `LockService` over a session
+//! `super::session_service`, shared the same way.
 
 use std::future::Future;
 use std::time::Duration;

@@ -11,9 +11,10 @@ use zookeeper_client as zk;
 
 use super::quiet::Taken;
 use super::recipe::{self, Listing, Node};
-use super::{Inner, RETRY, SERVICE};
+use super::{Inner, RETRY};
 use crate::backend::queue::rule::Sight;
 use crate::backend::queue::{Driver, Turn};
+use crate::backend::session_service::SessionLocks;
 use crate::backend::{LockRequest, Wait};
 use crate::error::Error;
 
@@ -90,7 +91,7 @@ impl Queue<'_> {
                     && stat.ephemeral_owner != self.inner.session.id =>
             {
                 Err(Error::Unsupported {
-                    service: SERVICE,
+                    service: Inner::SERVICE.name,
                     what: "re-entry by an owner id that another ZooKeeper session holds",
                     why: "a ZooKeeper lock is an ephemeral node owned by one session; re-entry \
                           is counted in the client that holds it (Lock::with_owner works \
@@ -225,7 +226,7 @@ impl Driver for Queue<'_> {
     }
 
     fn transient(&self, e: &zk::Error) -> bool {
-        recipe::connection_lost(e) && !self.inner.session.ended.is_cancelled()
+        recipe::connection_lost(e) && !self.inner.session.holds.ended.is_cancelled()
     }
 
     fn fail(&self, e: zk::Error) -> Error {

@@ -9,6 +9,10 @@
 //! - `driver`: ZooKeeper's side of the queue recipe shared with etcd (`super::queue`).
 //! - `quiet`: the uncontended fast path: folders whose last holding by this client was alone,
 //!   and the watch proving nobody touched them since (an acquire then skips the listing).
+//! - `ops`: a holding's node deleted, the lock's children for status, release by owner and
+//!   forced unlocks.
+//! - here: the session (`Inner`) as a `super::session_service::SessionLocks`, which the
+//!   shared `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with etcd).
 //!
 //! The fencing token is the lock node's creation zxid (`czxid`): ZooKeeper's transaction ids
@@ -24,17 +28,14 @@ use self::driver::{Attempt, Queue};
 use self::quiet::{Holder, Quiet, Slot, Taken};
 use self::recipe::Node;
 use self::session::Session;
-use super::current::{Current, Ends};
-use super::holdings::{self, Holdings, Sessioned};
+use super::current::{Ends, Opening};
+use super::holdings::Closing;
 use super::queue::{self, rule::First};
-use super::{
-    Acquired, Connected, Connecting, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait,
-};
+use super::session_holds::SessionHolds;
+use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
+use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released};
 use crate::background::Background;
-use crate::error::{Error, InputError, Warning};
-use crate::lease::LeaseState;
-use crate::name::LockName;
-use crate::options::{ClientOptions, LockOptions};
+use crate::error::{Error, Warning};
 use crate::watchdog::BoxFuture;
 
 mod driver;
@@ -47,47 +48,14 @@ mod url;
 /// How long a waiter pauses before asking again after a connection loss.
 pub(super) const RETRY: Duration = Duration::from_millis(100);
 
-/// The service's name in errors.
-pub(super) const SERVICE: &str = "ZooKeeper";
-
-/// The ZooKeeper lock service of one client.
-pub(crate) struct ZooKeeper {
-    /// The current session with its holdings, replaced by a new one once it has ended.
-    current: Current<Inner>,
-}
-
 /// One session and what lives in it; background work holds it.
 struct Inner {
     session: Arc<Session>,
-    holdings: Holdings,
     /// The client's background task: deletes that must go on after a failed release.
     background: Background,
     base: String,
     /// Lock folders this client last held alone (the fast path).
     quiet: Arc<Quiet>,
-}
-
-impl ZooKeeper {
-    /// Opens the client's session and makes sure the base path exists.
-    pub(crate) async fn connect(
-        url: &str,
-        options: &ClientOptions,
-        background: &Background,
-    ) -> Result<(Self, Vec<Warning>), Error> {
-        let target = url::parse_target(url)?;
-        let (current, warnings) = Current::open(target, options, background).await?;
-        Ok((Self { current }, warnings))
-    }
-
-    /// The current session, as it is.
-    fn now(&self) -> Arc<Inner> {
-        self.current.now()
-    }
-
-    /// The current session, or a new one if it has ended.
-    async fn inner(&self) -> Result<Arc<Inner>, Error> {
-        self.current.live().await
-    }
 }
 
 /// The session ends with the last handle on what lives in it (also one that was opened and
@@ -105,19 +73,14 @@ impl Ends for Inner {
 
     /// Opens a session and makes sure the base path exists. Returns the warnings (a
     /// negotiated session timeout other than asked).
-    async fn open(
-        target: &url::ZkTarget,
-        options: &ClientOptions,
-        background: &Background,
-    ) -> Result<(Arc<Self>, Vec<Warning>), Error> {
-        let (session, warnings) = Session::connect(&target.hosts, options).await?;
+    async fn open(at: &Opening<url::ZkTarget>) -> Result<(Arc<Self>, Vec<Warning>), Error> {
+        let (session, warnings) = Session::connect(&at.target.hosts, &at.options).await?;
         // Made before the first request, so that an open given up there (a failed mkdir, a
         // dropped future) stops the session with it.
         let inner = Self {
             session,
-            holdings: Holdings::default(),
-            background: background.clone(),
-            base: target.base.clone(),
+            background: at.background.clone(),
+            base: at.target.base.clone(),
             quiet: Arc::default(),
         };
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
@@ -145,7 +108,7 @@ impl Ends for Inner {
     }
 
     fn has_ended(&self) -> bool {
-        self.session.ended.is_cancelled()
+        self.session.holds.ended.is_cancelled()
     }
 
     fn stop(&self) {
@@ -153,74 +116,50 @@ impl Ends for Inner {
     }
 }
 
-impl Inner {
-    /// The lock's folder.
-    fn dir(&self, name: &str) -> String {
-        format!("{}/{name}", self.base)
+impl SessionLocks for Inner {
+    type Fault = zk::Error;
+    /// Its words say that the session is the lease of every lock it holds.
+    const SERVICE: Service = Service {
+        name: "ZooKeeper",
+        // A lock name must be one node below the base path.
+        check_name: url::check_name,
+        quorum: "a Redis option; ZooKeeper answers a write only after a quorum of the ensemble \
+                 logged it",
+        session: "ZooKeeper locks last as long as the client's session; set the session timeout \
+                  with ClientOptions::default_lease instead",
+        ended: "the ZooKeeper session expired or was closed; the next operation opens a new \
+                session",
+        unheard: "not heard from ZooKeeper within the session timeout; the session (and this \
+                  owner's holding) may have expired",
+        held_elsewhere: "releasing a lock that another ZooKeeper session holds",
+        only_its_client: "the lock is an ephemeral node of the holder's session; only that \
+                          client releases it (or Client::force_unlock deletes it)",
+    };
+
+    fn server(&self) -> String {
+        self.session.server.clone()
     }
 
-    /// A ZooKeeper failure as fencelock's error.
-    pub(super) fn fail(&self, lock: Option<&str>, e: zk::Error) -> Error {
+    fn holds(&self) -> &SessionHolds {
+        &self.session.holds
+    }
+
+    /// A ZooKeeper failure: no connection or session, the credentials refused, or else an
+    /// answer that trying again would not change.
+    fn failure(e: zk::Error) -> (Failure, String) {
         use zk::Error::*;
-        let (lock, server) = (lock.map(str::to_owned), self.session.server.clone());
         match e {
             ConnectionLoss | Timeout | NoHosts | SessionExpired | ClientClosed | SessionMoved
-            | Custom(_) => Error::Unavailable {
-                lock,
-                server,
-                detail: format!("ZooKeeper: {e}"),
-            },
-            NoAuth | AuthFailed => Error::Denied {
-                lock,
-                server,
-                detail: format!("ZooKeeper: {e}"),
-            },
-            e => Error::Protocol {
-                lock,
-                server,
-                detail: format!("ZooKeeper answered: {e}"),
-            },
+            | Custom(_) => (Failure::Unavailable, format!("ZooKeeper: {e}")),
+            NoAuth | AuthFailed => (Failure::Denied, format!("ZooKeeper: {e}")),
+            e => (Failure::Protocol, format!("ZooKeeper answered: {e}")),
         }
     }
 
-    /// Lists the lock's queue with a watch, once the folder's persistent watch is gone (see
-    /// `Quiet::end`).
-    pub(super) async fn list(&self, dir: &str) -> Result<recipe::Listing, zk::Error> {
-        self.quiet.end(dir);
-        recipe::list(&self.session, dir).await
-    }
-
-    /// Before a new attempt: the session must still be usable.
-    fn alive(&self, lock: &str) -> Result<(), Error> {
-        if self.session.ended.is_cancelled() {
-            return Err(Error::Unavailable {
-                lock: Some(lock.to_owned()),
-                server: self.session.server.clone(),
-                detail: "the ZooKeeper session expired or was closed; the next operation \
-                         opens a new session"
-                    .into(),
-            });
-        }
-        Ok(())
-    }
-
-    async fn acquire(
-        self: &Arc<Self>,
-        ctx: &Ctx,
-        request: &LockRequest<'_>,
-        wait: Wait,
-    ) -> Result<Acquired, Error> {
+    /// A new node, or the fast path's create alone on a calm folder (see `quiet`).
+    async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
+        let Ask { ctx, request, wait } = ask;
         let name = &request.lock.name;
-        let started = self.holdings.start(
-            self.session.is_live(),
-            self.alive(name),
-            request,
-            |token| self.lease(ctx, request, token),
-            || self.unheard(name),
-        );
-        if let Some(held) = started? {
-            return Ok(Acquired::Held(held));
-        }
         let attempt = Attempt {
             dir: self.dir(name),
             guid: recipe::guid(),
@@ -255,24 +194,34 @@ impl Inner {
         }
     }
 
-    /// The refusal of an owner that holds the lock while the server has not been heard from
-    /// for the session timeout (see `Holdings::start`).
-    fn unheard(&self, name: &str) -> Error {
-        Error::Unavailable {
-            lock: Some(name.to_owned()),
-            server: self.session.server.clone(),
-            detail: "not heard from ZooKeeper within the session timeout; the session (and \
-                     this owner's holding) may have expired"
-                .into(),
-        }
+    async fn delete_holding(self: Arc<Self>, closing: Closing) -> Result<Released, zk::Error> {
+        self.delete_entry(&closing).await
     }
 
-    /// A hold's lease: the session's timeout and deadline, never renewed by the watchdog.
-    fn lease(&self, ctx: &Ctx, request: &LockRequest<'_>, token: u64) -> Arc<LeaseState> {
-        let times = (self.session.timeout, self.session.deadline());
-        let lease = holdings::session_lease(ctx, request, times, token);
-        self.session.register(&lease);
-        lease
+    async fn queue(&self, name: &str) -> Result<Vec<Listed>, Error> {
+        self.children(name).await
+    }
+
+    async fn delete_head(&self, head: &Listed) -> Result<bool, zk::Error> {
+        match self.session.call(|zk| zk.delete(&head.path, None)).await {
+            Ok(()) => Ok(true),
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Inner {
+    /// The lock's folder.
+    fn dir(&self, name: &str) -> String {
+        format!("{}/{name}", self.base)
+    }
+
+    /// Lists the lock's queue with a watch, once the folder's persistent watch is gone (see
+    /// `Quiet::end`).
+    pub(super) async fn list(&self, dir: &str) -> Result<recipe::Listing, zk::Error> {
+        self.quiet.end(dir);
+        recipe::list(&self.session, dir).await
     }
 
     /// The attempt's node is the lowest: a new holding, watched for a forced delete.
@@ -289,9 +238,7 @@ impl Inner {
             server: self.session.server.clone(),
             detail: format!("the lock node's czxid {} is not a zxid", node.czxid),
         })?;
-        let lease = self.lease(ctx, request, token);
-        self.holdings
-            .insert(name, request.owner, node.path.clone(), &lease);
+        let lease = self.hold(ctx, request, node.path.clone(), token);
         let holder = Holder {
             name: name.clone(),
             owner: request.owner.clone(),
@@ -339,7 +286,7 @@ impl Inner {
             token,
         } = holder;
         loop {
-            if !self.holdings.live(name, owner, path) {
+            if !self.session.holds.holdings.live(name, owner, path) {
                 return;
             }
             let gone = match self.session.call(|zk| zk.get_and_watch_data(path)).await {
@@ -347,7 +294,9 @@ impl Inner {
                     watcher.changed().await.event_type == zk::EventType::NodeDeleted
                 }
                 Err(zk::Error::NoNode) => true,
-                Err(e) if recipe::connection_lost(&e) && !self.session.ended.is_cancelled() => {
+                Err(e)
+                    if recipe::connection_lost(&e) && !self.session.holds.ended.is_cancelled() =>
+                {
                     tokio::time::sleep(RETRY).await;
                     continue;
                 }
@@ -355,7 +304,10 @@ impl Inner {
             };
             if gone {
                 self.quiet.forget(path);
-                self.holdings.vanished(name, owner, path, *token);
+                self.session
+                    .holds
+                    .holdings
+                    .vanished(name, owner, path, *token);
             }
             return;
         }
@@ -390,79 +342,11 @@ enum Signal {
     Fast(Taken),
 }
 
-/// Connects ZooKeeper (its registry line): one URL that lists the servers.
+/// Connects ZooKeeper (its registry line): one URL that lists the servers. Opens the
+/// client's session and makes sure the base path exists.
 pub(crate) fn connect(c: Connecting<'_>) -> BoxFuture<'_, Result<Connected, Error>> {
     Box::pin(async move {
-        let (zookeeper, warnings) = ZooKeeper::connect(c.url(), c.options, c.background).await?;
-        Ok((Arc::new(zookeeper) as Arc<dyn LockService>, warnings))
+        let target = url::parse_target(c.url())?;
+        SessionService::<Inner>::connect(target, c.options, c.background).await
     })
-}
-
-impl LockService for ZooKeeper {
-    fn name(&self) -> &'static str {
-        SERVICE
-    }
-
-    fn server(&self) -> String {
-        self.current.target().hosts.clone()
-    }
-
-    /// A lock name must be one node below the base path.
-    fn check_name(&self, name: &str) -> Result<(), InputError> {
-        url::check_name(name)
-    }
-
-    /// Options that mean nothing here are refused: the session is the lease.
-    fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
-        holdings::refuse_per_lock_options(
-            options,
-            "a Redis option; ZooKeeper answers a write only after a quorum of the ensemble \
-             logged it",
-            "ZooKeeper locks last as long as the client's session; set the session timeout \
-             with ClientOptions::default_lease instead",
-        )
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        ctx: &'a Ctx,
-        request: &'a LockRequest<'a>,
-        wait: Wait,
-    ) -> BoxFuture<'a, Result<Acquired, Error>> {
-        Box::pin(async move { self.inner().await?.acquire(ctx, request, wait).await })
-    }
-
-    fn release<'a>(
-        &'a self,
-        _ctx: &'a Ctx,
-        lease: &'a Arc<LeaseState>,
-    ) -> BoxFuture<'a, Result<Released, Error>> {
-        Box::pin(async move {
-            // A hold of an ended session is in no later session's holdings: `NotHeld`.
-            let hold = &lease.hold;
-            let inner = self.now();
-            inner
-                .give_back(&hold.lock.name, &hold.owner, Some(hold.id))
-                .await
-        })
-    }
-
-    fn release_owner<'a>(
-        &'a self,
-        lock: &'a Arc<LockName>,
-        owner: &'a Arc<str>,
-    ) -> BoxFuture<'a, Result<Released, Error>> {
-        Box::pin(async move { self.inner().await?.release_owner(&lock.name, owner).await })
-    }
-
-    fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
-        Box::pin(async move { self.inner().await?.status(&lock.name).await })
-    }
-
-    fn force_unlock<'a>(
-        &'a self,
-        lock: &'a Arc<LockName>,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
-        Box::pin(async move { self.inner().await?.force_unlock(&lock.name).await })
-    }
 }

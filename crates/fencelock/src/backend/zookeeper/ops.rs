@@ -1,4 +1,6 @@
-//! Releases, status and forced unlocks.
+//! What the shared session service (`super::super::session_service`) asks of ZooKeeper
+//! beside acquiring: a holding's node deleted (leaving its folder calm for the fast path),
+//! and the lock's children in queue order with their data.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -6,43 +8,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::{recipe, Inner, SERVICE};
-use crate::backend::holdings::Holdings;
-use crate::backend::holdings::{Closing, Sessioned};
-use crate::backend::{RawStatus, Released};
-use crate::background::Background;
+use super::{recipe, Inner};
+use crate::backend::holdings::Closing;
+use crate::backend::session_service::{Listed, SessionLocks};
+use crate::backend::Released;
 use crate::error::Error;
-use crate::status::Waiter;
-
-/// The lock's children, read together with their data.
-struct Children {
-    /// `(path, owner id from the data, stat)` in queue order.
-    nodes: Vec<(String, String, zk::Stat)>,
-}
-
-impl Sessioned for Inner {
-    type Fault = zk::Error;
-
-    fn holdings(&self) -> &Holdings {
-        &self.holdings
-    }
-
-    fn background(&self) -> &Background {
-        &self.background
-    }
-
-    fn ended(&self) -> bool {
-        self.session.ended.is_cancelled()
-    }
-
-    async fn delete_holding(self: Arc<Self>, closing: Closing) -> Result<Released, zk::Error> {
-        self.delete_entry(&closing).await
-    }
-
-    fn fail_on(&self, lock: &str, fault: zk::Error) -> Error {
-        self.fail(Some(lock), fault)
-    }
-}
 
 impl Inner {
     /// Deletes a closing holding's node and, once it is gone (also with the session that
@@ -50,7 +20,10 @@ impl Inner {
     /// (see `quiet`): a holding that the listing showed alone first puts a persistent watch
     /// on the folder, sent right before the delete (the node keeps the folder from going
     /// until then), in the same round trip.
-    async fn delete_entry(self: &Arc<Self>, closing: &Closing) -> Result<Released, zk::Error> {
+    pub(super) async fn delete_entry(
+        self: &Arc<Self>,
+        closing: &Closing,
+    ) -> Result<Released, zk::Error> {
         let path = &closing.path;
         let dir = path.rsplit_once('/').map_or("/", |(dir, _)| dir);
         let sent = Instant::now();
@@ -80,10 +53,10 @@ impl Inner {
             self.watch_folder(dir.to_owned(), slot);
         }
         let deleted = match deleted {
-            Err(_) if self.session.ended.is_cancelled() => Ok(false),
+            Err(_) if self.session.holds.ended.is_cancelled() => Ok(false),
             deleted => deleted,
         };
-        self.holdings.settle(closing, deleted)
+        self.session.holds.holdings.settle(closing, deleted)
     }
 
     /// Deletes a holding's node: `Ok(false)` when it is gone already (force-unlocked, or with
@@ -98,32 +71,6 @@ impl Inner {
         }
     }
 
-    /// `Lock::release`: the owner's newest hold in this client. A holding of this owner id in
-    /// another session cannot be released from here (typed error); none is `NotHeld`.
-    pub(super) async fn release_owner(
-        self: &Arc<Self>,
-        name: &str,
-        owner: &Arc<str>,
-    ) -> Result<Released, Error> {
-        if self.holdings.holds(name, owner) {
-            return self.give_back(name, owner, None).await;
-        }
-        let children = self.children(name).await?;
-        match children.nodes.first() {
-            Some((_, holder, stat))
-                if **holder == **owner && stat.ephemeral_owner != self.session.id =>
-            {
-                Err(Error::Unsupported {
-                    service: SERVICE,
-                    what: "releasing a lock that another ZooKeeper session holds",
-                    why: "the lock is an ephemeral node of the holder's session; only that \
-                          client releases it (or Client::force_unlock deletes it)",
-                })
-            }
-            _ => Ok(Released::NotHeld),
-        }
-    }
-
     /// The lock's children in queue order with their data, read in one multi-read; a node
     /// deleted between the listing and the read is left out.
     ///
@@ -131,7 +78,7 @@ impl Inner {
     /// own member of the ensemble, which may not have applied yet what another client's
     /// acknowledged write did (an attempt undone, a lock released), and status, release by
     /// owner and force-unlock must see the lock as it is.
-    async fn children(&self, name: &str) -> Result<Children, Error> {
+    pub(super) async fn children(&self, name: &str) -> Result<Vec<Listed>, Error> {
         let dir = self.dir(name);
         let fail = |e| self.fail(Some(name), e);
         let listed = self.session.call(|zk| {
@@ -152,7 +99,7 @@ impl Inner {
             .map(|c| format!("{dir}/{c}"))
             .collect();
         if paths.is_empty() {
-            return Ok(Children { nodes: Vec::new() });
+            return Ok(Vec::new());
         }
         let read = self
             .session
@@ -166,69 +113,22 @@ impl Inner {
             })
             .await
             .map_err(fail)?;
-        let nodes = paths
-            .into_iter()
-            .zip(read)
-            .filter_map(|(path, result)| match result {
-                zk::MultiReadResult::Data { data, stat } => {
-                    Some((path, String::from_utf8_lossy(&data).into_owned(), stat))
-                }
-                _ => None,
-            })
-            .collect();
-        Ok(Children { nodes })
-    }
-
-    /// The holder (owner id, hold count if this client holds it, token) and the waiters.
-    pub(super) async fn status(&self, name: &str) -> Result<RawStatus, Error> {
-        let children = self.children(name).await?;
-        let mut nodes = children.nodes.into_iter();
-        let Some((path, owner, stat)) = nodes.next() else {
-            return Ok(RawStatus {
-                remaining: None,
-                held: false,
-                last_token: None,
-                current_token: None,
-                owners: Vec::new(),
-                waiters: Vec::new(),
-            });
-        };
-        let count = self.holdings.count(name, &path).unwrap_or(1);
-        let token = u64::try_from(stat.czxid).ok();
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        let waiters = nodes
-            .map(|(_, owner, stat)| Waiter {
-                owner,
+        let listed = paths.into_iter().zip(read).filter_map(|(path, result)| {
+            let zk::MultiReadResult::Data { data, stat } = result else {
+                return None;
+            };
+            Some(Listed {
+                path,
+                owner: String::from_utf8_lossy(&data).into_owned(),
+                session: stat.ephemeral_owner,
+                token: stat.czxid,
                 age: Duration::from_millis(now_ms.saturating_sub(stat.ctime).max(0) as u64),
-                window: Duration::ZERO,
-                remaining: Duration::ZERO,
-                expired: false,
-                unreadable: None,
             })
-            .collect();
-        Ok(RawStatus {
-            remaining: None,
-            held: true,
-            last_token: token,
-            current_token: token,
-            owners: vec![(owner, count)],
-            waiters,
-        })
-    }
-
-    /// Deletes the holder's node; the next waiter's watch fires and it takes the lock.
-    pub(super) async fn force_unlock(&self, name: &str) -> Result<Vec<(String, u64)>, Error> {
-        let children = self.children(name).await?;
-        let Some((path, owner, _)) = children.nodes.into_iter().next() else {
-            return Ok(Vec::new());
-        };
-        match self.session.call(|zk| zk.delete(&path, None)).await {
-            Ok(()) => Ok(vec![(owner, 1)]),
-            Err(zk::Error::NoNode) => Ok(Vec::new()),
-            Err(e) => Err(self.fail(Some(name), e)),
-        }
+        });
+        Ok(listed.collect())
     }
 }
 

@@ -242,10 +242,10 @@ pub(crate) async fn undo_until_done(
 ) -> Result<(), zk::Error> {
     loop {
         match undo(session, dir, guid, node).await {
-            Err(e) if connection_lost(&e) && !session.ended.is_cancelled() => {
+            Err(e) if connection_lost(&e) && !session.holds.ended.is_cancelled() => {
                 tokio::time::sleep(pause).await
             }
-            Err(_) if session.ended.is_cancelled() => return Ok(()),
+            Err(_) if session.holds.ended.is_cancelled() => return Ok(()),
             done => return done,
         }
     }
@@ -286,7 +286,7 @@ pub(crate) async fn wait_for(
     };
     tokio::select! {
         _ = watcher.changed() => Ok(true),
-        _ = session.ended.cancelled() => Err(zk::Error::SessionExpired),
+        _ = session.holds.ended.cancelled() => Err(zk::Error::SessionExpired),
         _ = until => Ok(false),
     }
 }

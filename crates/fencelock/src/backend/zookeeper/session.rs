@@ -10,7 +10,7 @@
 //! session that expired or was closed fires every hold's lost-lock signal at once.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,7 +19,6 @@ use zookeeper_client as zk;
 
 use crate::backend::session_holds::SessionHolds;
 use crate::error::{Error, Warning};
-use crate::lease::LeaseState;
 use crate::options::ClientOptions;
 
 /// How many probes per session timeout.
@@ -34,12 +33,9 @@ pub(crate) struct Session {
     pub(crate) id: i64,
     /// `host:port,...` for errors.
     pub(crate) server: String,
-    heard: Mutex<Instant>,
-    drift: Duration,
     response_timeout: Duration,
-    holds: SessionHolds,
-    /// Cancelled when the session expired or was closed (terminal).
-    pub(crate) ended: CancellationToken,
+    /// When the server was last heard from, the session's holds, whether it ended.
+    pub(crate) holds: SessionHolds,
     stop: CancellationToken,
 }
 
@@ -83,11 +79,8 @@ impl Session {
             zk,
             timeout,
             server: hosts.to_owned(),
-            heard: Mutex::new(sent),
-            drift: options.drift(timeout),
             response_timeout: options.response_timeout,
-            holds: SessionHolds::default(),
-            ended: CancellationToken::new(),
+            holds: SessionHolds::new(sent, timeout, options.drift(timeout)),
             stop: CancellationToken::new(),
         });
         tokio::spawn(session.clone().monitor());
@@ -125,7 +118,7 @@ impl Session {
             Err(_) => Err(zk::Error::Timeout),
             Ok(reply) => {
                 if answered(&reply) {
-                    self.heard(sent);
+                    self.holds.heard(sent);
                 }
                 if matches!(
                     reply,
@@ -138,42 +131,11 @@ impl Session {
         }
     }
 
-    fn heard(&self, sent: Instant) {
-        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
-        *heard = (*heard).max(sent);
-    }
-
-    /// The instant after which the server may have expired the session: every hold of it
-    /// counts as lost then.
-    pub(crate) fn deadline(&self) -> Instant {
-        let heard = *self.heard.lock().unwrap_or_else(|e| e.into_inner());
-        heard + self.timeout.saturating_sub(self.drift)
-    }
-
-    /// Whether the session may still be alive on the server.
-    pub(crate) fn is_live(&self) -> bool {
-        !self.ended.is_cancelled() && Instant::now() < self.deadline()
-    }
-
-    /// A hold that lives in this session: its deadline follows the session's, and its lost
-    /// signal fires when the session ends.
-    pub(crate) fn register(&self, lease: &Arc<LeaseState>) {
-        self.holds.register(lease);
-    }
-
     /// The session expired or was closed: every hold is lost, at once.
     fn end(&self, why: &str) {
-        if self.ended.is_cancelled() {
-            return;
+        if self.holds.end() {
+            tracing::warn!(session = %zk::SessionId(self.id), why, "ZooKeeper session ended");
         }
-        tracing::warn!(session = %zk::SessionId(self.id), why, "ZooKeeper session ended");
-        self.ended.cancel();
-        self.holds.end();
-    }
-
-    /// Moves every live hold's deadline to the session's.
-    fn refresh(&self) {
-        self.holds.refresh(self.deadline());
     }
 
     /// Probes the server every quarter of the timeout and at once after a reconnection; ends
@@ -204,13 +166,13 @@ impl Session {
                     reply = probe => reply.is_ok(),
                 };
                 if ok {
-                    self.refresh();
+                    self.holds.refresh();
                     next = Instant::now() + every;
                 } else {
                     next = Instant::now() + every / 4;
                 }
             }
-            if self.ended.is_cancelled() {
+            if self.holds.ended.is_cancelled() {
                 break;
             }
         }

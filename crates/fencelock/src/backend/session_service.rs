@@ -1,0 +1,393 @@
+//! The lock service of the session services (ZooKeeper, etcd), written once. A
+//! [`SessionService`] runs each operation in the client's current session or lease
+//! (`super::current`): an acquire re-enters the owner's holding or refuses on an ended or
+//! unheard session before the service's attempt, and the new holding's first hold is granted
+//! in the session (`super::session_holds`); holds are given back through `super::holdings`;
+//! status, release by owner and forced unlocks read the lock's queue the same way for both;
+//! per-lock options are refused and failures become errors in one place.
+//!
+//! A service implements [`SessionLocks`] on its session with only what differs: a
+//! [`Service`] constant (its name, its name rule, its refusals' words), how a failure counts
+//! ([`Failure`]), how it attempts (its `super::queue` driver), how it reads the queue
+//! ([`Listed`] entries), deletes its head and deletes a holding's entry. The ZooKeeper fast
+//! path stays inside ZooKeeper's attempt and delete.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::current::{Current, Ends, Opening};
+use super::holdings::{self, Closing};
+use super::session_holds::SessionHolds;
+use super::{Acquired, Connected, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait};
+use crate::background::Background;
+use crate::error::{Error, InputError};
+use crate::lease::LeaseState;
+use crate::name::LockName;
+use crate::options::{ClientOptions, LockOptions};
+use crate::status::Waiter;
+use crate::watchdog::BoxFuture;
+
+/// What a session service is: its name, its rule for lock names, and what it refuses, in its
+/// own words.
+pub(crate) struct Service {
+    /// The service's name in errors.
+    pub(crate) name: &'static str,
+    /// Its rules for lock names, checked before any I/O.
+    pub(crate) check_name: fn(&str) -> Result<(), InputError>,
+    /// Why `min_replica_acks` means nothing here (a write is answered once a quorum logged it).
+    pub(crate) quorum: &'static str,
+    /// Why `LockOptions::lease` means nothing here (the session is the lease).
+    pub(crate) session: &'static str,
+    /// An attempt in a session that has ended.
+    pub(crate) ended: &'static str,
+    /// An owner that holds the lock while the session was not heard from within its length.
+    pub(crate) unheard: &'static str,
+    /// `Lock::release` of a lock this owner id holds in another session: what was asked ...
+    pub(crate) held_elsewhere: &'static str,
+    /// ... and why only that session's client can give it back.
+    pub(crate) only_its_client: &'static str,
+}
+
+/// An entry of a lock's queue, as status, release by owner and forced unlocks read it.
+pub(crate) struct Listed {
+    /// The node's path, or the key.
+    pub(crate) path: String,
+    /// The owner id the entry stores (empty where another client stores none).
+    pub(crate) owner: String,
+    /// The session (lease) it lives in, as [`Ends::id`] names it.
+    pub(crate) session: i64,
+    /// Its creation's zxid or revision: the holding's fencing token.
+    pub(crate) token: i64,
+    /// How long it has been queued, where the service tells (else zero).
+    pub(crate) age: Duration,
+}
+
+/// A session service's session (ZooKeeper's session, etcd's lease) and what lives in it: what
+/// differs between the session services. The rest is [`SessionService`]'s.
+pub(crate) trait SessionLocks: Ends + 'static {
+    /// Why a request failed.
+    type Fault: Send;
+    /// The service: its name, name rules and words.
+    const SERVICE: Service;
+
+    /// Where the session's servers are, for errors and logs.
+    fn server(&self) -> String;
+    /// The session's clock, holds and holdings.
+    fn holds(&self) -> &SessionHolds;
+    /// How a failure counts, and its detail for the error.
+    fn failure(fault: Self::Fault) -> (Failure, String);
+
+    /// A new attempt in this session (the owner does not hold the lock here): takes the lock
+    /// through the queue (`super::queue`), waiting as the ask's `wait` says; a holding it
+    /// takes is made with [`SessionLocks::hold`].
+    fn attempt(
+        self: &Arc<Self>,
+        ask: Ask<'_>,
+    ) -> impl Future<Output = Result<Acquired, Error>> + Send;
+    /// Deletes a closing holding's node or key and settles it (`Holdings::settle`).
+    fn delete_holding(
+        self: Arc<Self>,
+        closing: Closing,
+    ) -> impl Future<Output = Result<Released, Self::Fault>> + Send;
+    /// The lock's queue in order, as the servers have it now.
+    fn queue(&self, name: &str) -> impl Future<Output = Result<Vec<Listed>, Error>> + Send;
+    /// Deletes the queue's head, that holding only: `Ok(false)` when it is gone already.
+    fn delete_head(&self, head: &Listed) -> impl Future<Output = Result<bool, Self::Fault>> + Send;
+    /// The head's remaining lease as the server counts it, where the service can tell.
+    fn remaining(&self, _head: &Listed) -> impl Future<Output = Option<Duration>> + Send {
+        std::future::ready(None)
+    }
+    /// An entry's owner as status shows it.
+    fn shown(entry: &Listed) -> String {
+        entry.owner.clone()
+    }
+
+    /// A new holding of the node or key `path` with `token`, and its first hold, granted in
+    /// the session.
+    fn hold(
+        &self,
+        ctx: &Ctx,
+        request: &LockRequest<'_>,
+        path: String,
+        token: u64,
+    ) -> Arc<LeaseState> {
+        let lease = self.holds().grant(ctx, request, token);
+        self.holds()
+            .holdings
+            .insert(&request.lock.name, request.owner, path, &lease);
+        lease
+    }
+
+    /// A failure as fencelock's error, about `lock` if any.
+    fn fail(&self, lock: Option<&str>, fault: Self::Fault) -> Error {
+        let (lock, server) = (lock.map(str::to_owned), self.server());
+        match Self::failure(fault) {
+            (Failure::Unavailable, detail) => Error::Unavailable {
+                lock,
+                server,
+                detail,
+            },
+            (Failure::Denied, detail) => Error::Denied {
+                lock,
+                server,
+                detail,
+            },
+            (Failure::Protocol, detail) => Error::Protocol {
+                lock,
+                server,
+                detail,
+            },
+        }
+    }
+}
+
+/// An acquire, as the session service hands it to a session's attempt.
+#[derive(Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    pub(crate) ctx: &'a Ctx,
+    pub(crate) request: &'a LockRequest<'a>,
+    pub(crate) wait: Wait,
+}
+
+/// How a session service's failure counts.
+pub(crate) enum Failure {
+    /// No reply or no connection, or the session ended: it may work later.
+    Unavailable,
+    /// The service refused the credentials or their permissions.
+    Denied,
+    /// The service answered something fencelock does not expect, or refused the request.
+    Protocol,
+}
+
+/// Gives back hold `id` (`None`: the owner's newest) of `session`; the last one deletes the
+/// holding's node or key. A delete that fails, or that the caller stopped waiting for, closes
+/// the holding to re-entry and goes on in the client's `background` until the entry is gone
+/// or the session ends. A hold of an ended session is `NotHeld`, a re-entered lock's too.
+async fn give_back<S: SessionLocks>(
+    session: &Arc<S>,
+    background: &Background,
+    hold: (&str, &Arc<str>, Option<u64>),
+) -> Result<Released, Error> {
+    if session.has_ended() {
+        return Ok(Released::NotHeld);
+    }
+    let delete = |session: Arc<S>, closing| session.delete_holding(closing);
+    let holdings = &session.holds().holdings;
+    let released = holdings::give_back(session, holdings, background, hold, delete).await;
+    released.map_err(|e| session.fail(Some(hold.0), e))
+}
+
+/// A session service as the core sees it: the current session (lease) with its holdings,
+/// replaced by a new one once it has ended.
+pub(crate) struct SessionService<S: SessionLocks> {
+    current: Current<S>,
+}
+
+impl<S: SessionLocks> SessionService<S> {
+    /// Opens the client's first session at `target` (its URL checked already).
+    pub(crate) async fn connect(
+        target: S::Target,
+        options: &ClientOptions,
+        background: &Background,
+    ) -> Result<Connected, Error> {
+        let opening = Opening {
+            target,
+            options: options.clone(),
+            background: background.clone(),
+        };
+        let (current, warnings) = Current::open(opening).await?;
+        Ok((Arc::new(Self { current }) as Arc<dyn LockService>, warnings))
+    }
+}
+
+impl<S: SessionLocks> LockService for SessionService<S> {
+    fn name(&self) -> &'static str {
+        S::SERVICE.name
+    }
+
+    fn server(&self) -> String {
+        self.current.now().server()
+    }
+
+    fn check_name(&self, name: &str) -> Result<(), InputError> {
+        (S::SERVICE.check_name)(name)
+    }
+
+    /// Options that mean nothing here are refused: the session is the lease of every lock.
+    fn check(&self, options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
+        let option = if options.replica_acks.is_some() {
+            ("min_replica_acks", S::SERVICE.quorum)
+        } else if options.lease.is_some() {
+            ("lease", S::SERVICE.session)
+        } else {
+            return Ok(());
+        };
+        Err(InputError::InvalidOption {
+            option: option.0,
+            reason: option.1,
+        })
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        request: &'a LockRequest<'a>,
+        wait: Wait,
+    ) -> BoxFuture<'a, Result<Acquired, Error>> {
+        Box::pin(async move {
+            let session = self.current.live().await?;
+            match start(&*session, ctx, request)? {
+                Some(held) => Ok(Acquired::Held(held)),
+                None => session.attempt(Ask { ctx, request, wait }).await,
+            }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        _ctx: &'a Ctx,
+        lease: &'a Arc<LeaseState>,
+    ) -> BoxFuture<'a, Result<Released, Error>> {
+        Box::pin(async move {
+            // A hold of an ended session is in no later session's holdings: `NotHeld`.
+            let (hold, now) = (&lease.hold, self.current.now());
+            let background = self.current.background();
+            give_back(
+                &now,
+                background,
+                (&hold.lock.name, &hold.owner, Some(hold.id)),
+            )
+            .await
+        })
+    }
+
+    fn release_owner<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+        owner: &'a Arc<str>,
+    ) -> BoxFuture<'a, Result<Released, Error>> {
+        Box::pin(async move {
+            let session = self.current.live().await?;
+            let background = self.current.background();
+            release_owner(&session, background, &lock.name, owner).await
+        })
+    }
+
+    fn status<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<RawStatus, Error>> {
+        Box::pin(async move { status(&*self.current.live().await?, &lock.name).await })
+    }
+
+    fn force_unlock<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
+        Box::pin(async move { force_unlock(&*self.current.live().await?, &lock.name).await })
+    }
+}
+
+/// The start of an acquire in `session` (see `Holdings::start`): a re-entry into the
+/// owner's holding while the session is live, or `None` for a new attempt; refused when the
+/// session ended, or when the owner holds the lock and the session was not heard from in time.
+fn start<S: SessionLocks>(
+    session: &S,
+    ctx: &Ctx,
+    request: &LockRequest<'_>,
+) -> Result<Option<Held>, Error> {
+    let holds = session.holds();
+    let unavailable = |detail: &str| Error::Unavailable {
+        lock: Some(request.lock.name.clone()),
+        server: session.server(),
+        detail: detail.into(),
+    };
+    let usable = match holds.ended.is_cancelled() {
+        true => Err(unavailable(S::SERVICE.ended)),
+        false => Ok(()),
+    };
+    holds.holdings.start(
+        holds.is_live(),
+        usable,
+        request,
+        |token| holds.grant(ctx, request, token),
+        || unavailable(S::SERVICE.unheard),
+    )
+}
+
+/// `Lock::release`: the owner's newest hold in this client. A holding of this owner id in
+/// another session cannot be released from here (typed error); none is `NotHeld`.
+async fn release_owner<S: SessionLocks>(
+    session: &Arc<S>,
+    background: &Background,
+    name: &str,
+    owner: &Arc<str>,
+) -> Result<Released, Error> {
+    if session.holds().holdings.holds(name, owner) {
+        return give_back(session, background, (name, owner, None)).await;
+    }
+    match session.queue(name).await?.first() {
+        Some(head) if *head.owner == **owner && head.session != session.id() => {
+            Err(Error::Unsupported {
+                service: S::SERVICE.name,
+                what: S::SERVICE.held_elsewhere,
+                why: S::SERVICE.only_its_client,
+            })
+        }
+        _ => Ok(Released::NotHeld),
+    }
+}
+
+/// The holder (owner id, hold count if this client holds it, token, remaining lease where the
+/// service tells) and the waiters.
+async fn status<S: SessionLocks>(session: &S, name: &str) -> Result<RawStatus, Error> {
+    let mut queue = session.queue(name).await?.into_iter();
+    let Some(head) = queue.next() else {
+        return Ok(RawStatus {
+            remaining: None,
+            held: false,
+            last_token: None,
+            current_token: None,
+            owners: Vec::new(),
+            waiters: Vec::new(),
+        });
+    };
+    let count = session
+        .holds()
+        .holdings
+        .count(name, &head.path)
+        .unwrap_or(1);
+    let token = u64::try_from(head.token).ok();
+    let waiters = queue
+        .map(|w| Waiter {
+            owner: S::shown(&w),
+            age: w.age,
+            window: Duration::ZERO,
+            remaining: Duration::ZERO,
+            expired: false,
+            unreadable: None,
+        })
+        .collect();
+    Ok(RawStatus {
+        remaining: session.remaining(&head).await,
+        held: true,
+        last_token: token,
+        current_token: token,
+        owners: vec![(S::shown(&head), count)],
+        waiters,
+    })
+}
+
+/// Deletes the holder's node or key (that holding only); the next waiter's watch fires and
+/// it takes the lock.
+async fn force_unlock<S: SessionLocks>(
+    session: &S,
+    name: &str,
+) -> Result<Vec<(String, u64)>, Error> {
+    let Some(head) = session.queue(name).await?.into_iter().next() else {
+        return Ok(Vec::new());
+    };
+    match session.delete_head(&head).await {
+        Ok(true) => Ok(vec![(S::shown(&head), 1)]),
+        Ok(false) => Ok(Vec::new()),
+        Err(e) => Err(session.fail(Some(name), e)),
+    }
+}
