@@ -213,15 +213,7 @@ async fn etcd_session_and_deleted(snapshotter: &Snapshotter) {
 /// The lease (hex, as etcdctl takes it) of the one key of lock `name`.
 #[cfg(feature = "etcd")]
 async fn holder_lease(endpoints: &str, name: &str) -> String {
-    let eps: Vec<String> = endpoints
-        .split(',')
-        .map(|e| format!("http://{e}"))
-        .collect();
-    let mut raw = etcd_client::Client::connect(eps, None).await.unwrap();
-    let prefix = format!("/fencelock/{name}/");
-    let options = etcd_client::GetOptions::new().with_prefix();
-    let got = raw.get(prefix, Some(options)).await.unwrap();
-    format!("{:x}", got.kvs()[0].lease())
+    format!("{:x}", etcd_keys(endpoints, name).await[0].2)
 }
 
 fn lost(seen: &Seen, reason: &str) -> u64 {

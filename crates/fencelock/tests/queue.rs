@@ -27,18 +27,6 @@ fn places(server: &RedisServer, name: &str) -> i64 {
     length(server, "HLEN", &format!("fencelock:{{{name}}}:waiting"))
 }
 
-/// The server's clock in microseconds, as the scripts read it.
-fn server_micros(server: &RedisServer) -> u64 {
-    match server.command(&["TIME"]).unwrap() {
-        fencelock_testkit::Reply::Array(Some(t)) => {
-            let secs: u64 = t[0].text().unwrap().parse().unwrap();
-            let micros: u64 = t[1].text().unwrap().parse().unwrap();
-            secs * 1_000_000 + micros
-        }
-        other => panic!("TIME replied {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_of_different_clients_are_served_in_arrival_order() {
     let server = server();

@@ -11,18 +11,6 @@ use common::*;
 use fencelock::{LockOptions, Released, Waiter};
 use fencelock_testkit::RedisServer;
 
-/// The server's clock in microseconds, as the scripts read it.
-fn server_micros(server: &RedisServer) -> u64 {
-    match server.command(&["TIME"]).unwrap() {
-        fencelock_testkit::Reply::Array(Some(t)) => {
-            let secs: u64 = t[0].text().unwrap().parse().unwrap();
-            let micros: u64 = t[1].text().unwrap().parse().unwrap();
-            secs * 1_000_000 + micros
-        }
-        other => panic!("TIME replied {other:?}"),
-    }
-}
-
 /// Queues `owner` in the wait queue of `name` by hand, with `place` as its stored place
 /// (`None`: no place at all), as a waiter that died (or another program) would leave it.
 fn queue_by_hand(server: &RedisServer, name: &str, owner: &str, place: Option<&str>) {

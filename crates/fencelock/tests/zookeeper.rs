@@ -4,16 +4,21 @@
 //! The fault tests at the end kill an ensemble's leader, lose a `create` reply (through the
 //! test kit's `TcpProxy`), partition a holder from a running server, and restart a standalone
 //! server.
+//!
+//! What every service shares (exclusion, re-entry, waiting, cleanup, forced unlocks, pauses,
+//! failed and dropped releases, the end of a session, the negotiated lease) is in
+//! `conformance.rs`, run on a standalone server and an ensemble; this file keeps what is
+//! ZooKeeper's own.
 #![cfg(feature = "zookeeper")]
 
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::within;
-use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, Released};
+use common::{client_at, within, zk_children};
+use fencelock::{Client, ClientOptions, Error, Released};
 use fencelock_testkit::{CuratorLock, TcpProxy, ZooKeeperEnsemble, ZooKeeperServer};
 use tokio::time::Instant;
 
@@ -21,242 +26,12 @@ fn server() -> ZooKeeperServer {
     ZooKeeperServer::start().expect("start a ZooKeeper server")
 }
 
-/// A client whose session timeout (the lease of its locks) is `ms`.
-async fn client(server: &ZooKeeperServer, ms: u64) -> Client {
-    let options = ClientOptions::default().default_lease(Duration::from_millis(ms));
-    Client::connect_with(&server.url(), options)
-        .await
-        .expect("connect to ZooKeeper")
-}
-
-/// The lock's children, read with a client of its own (not the library under test).
-async fn children(server: &ZooKeeperServer, name: &str) -> Vec<String> {
-    let zk = zookeeper_client::Client::connect(&server.connect_string())
-        .await
-        .expect("raw ZooKeeper client");
-    match zk.list_children(&format!("/fencelock/{name}")).await {
-        Ok(c) => c,
-        Err(zookeeper_client::Error::NoNode) => Vec::new(),
-        Err(e) => panic!("list children: {e}"),
-    }
-}
-
-/// Mutual exclusion across clients with strictly increasing tokens, re-entry, and the
-/// input the service refuses.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn exclusion_reentry_tokens_and_refusals() {
-    let zk = server();
-    within(60.0, "exclusion", async {
-        let clients = [
-            client(&zk, 10_000).await,
-            client(&zk, 10_000).await,
-            client(&zk, 10_000).await,
-        ];
-        let inside = Arc::new(AtomicBool::new(false));
-        let tokens = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
-        for c in &clients {
-            let (lock, inside, tokens) = (c.lock("excl"), inside.clone(), tokens.clone());
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..5 {
-                    let g = lock.acquire().await.expect("acquire");
-                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
-                    tokens.lock().unwrap().push(g.fencing_token());
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    inside.store(false, Ordering::SeqCst);
-                    assert_eq!(g.release().await.expect("release"), Released::Released);
-                }
-            }));
-        }
-        for t in tasks {
-            t.await.expect("worker");
-        }
-        let tokens = tokens.lock().unwrap().clone();
-        assert_eq!(tokens.len(), 15);
-        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
-        assert!(children(&zk, "excl").await.is_empty());
-
-        // Re-entry: counted in the client, one token, each guard gives back its own hold.
-        let lock = clients[0].lock("re");
-        let first = lock.acquire().await.unwrap();
-        let second = lock.clone().acquire().await.unwrap();
-        assert_eq!((first.hold_count(), second.hold_count()), (1, 2));
-        assert_eq!(first.fencing_token(), second.fencing_token());
-        assert_eq!(children(&zk, "re").await.len(), 1);
-        let status = clients[1].status("re").await.unwrap();
-        assert!(status.held);
-        assert_eq!(status.owners, vec![(lock.owner().to_owned(), 1)]);
-        assert_eq!(status.fencing_token, Some(first.fencing_token()));
-        assert_eq!(
-            first.release().await.unwrap(),
-            Released::StillHeld { count: 1 }
-        );
-        assert!(second.is_held());
-
-        // Refused: extend, per-lock leases, Redis options, foreign re-entry, bad names.
-        assert!(matches!(
-            second.extend(Duration::from_secs(5)).await,
-            Err(Error::Unsupported { .. })
-        ));
-        let foreign = clients[1].lock("re").with_owner(lock.owner());
-        assert!(matches!(
-            foreign.acquire().await,
-            Err(Error::Unsupported { .. })
-        ));
-        assert!(matches!(
-            foreign.release().await,
-            Err(Error::Unsupported { .. })
-        ));
-        assert_eq!(
-            children(&zk, "re").await.len(),
-            1,
-            "the refused attempt left a node"
-        );
-        let fixed = LockOptions::default().lease(Duration::from_secs(1));
-        let acks = LockOptions::default().min_replica_acks(1, Duration::from_millis(10));
-        for options in [fixed, acks] {
-            let r = clients[1]
-                .lock("x")
-                .with_options(options)
-                .try_acquire()
-                .await;
-            assert!(matches!(
-                r,
-                Err(Error::InvalidInput(InputError::InvalidOption { .. }))
-            ));
-        }
-        for bad in ["a/b", "..", "a\u{1}"] {
-            let r = clients[1].lock(bad).try_acquire().await;
-            assert!(
-                matches!(r, Err(Error::InvalidInput(InputError::InvalidName { .. }))),
-                "{bad:?}"
-            );
-        }
-        let two = [zk.url(), zk.url()];
-        let urls: Vec<&str> = two.iter().map(String::as_str).collect();
-        assert!(matches!(
-            Client::connect_all(&urls).await,
-            Err(Error::InvalidInput(InputError::InvalidUrl { .. }))
-        ));
-        assert_eq!(second.release().await.unwrap(), Released::Released);
-        assert!(children(&zk, "re").await.is_empty());
-    })
-    .await;
-}
-
-/// try_acquire, a timeout and a dropped acquire leave no node; a waiter is woken by the
-/// release itself; status counts waiters; force_unlock hands over to the next waiter.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn waiting_wakeups_cleanup_and_force_unlock() {
-    let zk = server();
-    within(60.0, "waiting", async {
-        let (a, b, c) = (
-            client(&zk, 20_000).await,
-            client(&zk, 20_000).await,
-            client(&zk, 20_000).await,
-        );
-        let held = a.lock("w").acquire().await.unwrap();
-        assert!(b.lock("w").try_acquire().await.unwrap().is_err());
-        assert_eq!(children(&zk, "w").await.len(), 1, "try_acquire left a node");
-        let timed = b
-            .lock("w")
-            .acquire_timeout(Duration::from_millis(300))
-            .await;
-        assert!(matches!(timed, Err(Error::Timeout { .. })), "{timed:?}");
-        assert_eq!(children(&zk, "w").await.len(), 1, "the timeout left a node");
-        let dropped = tokio::spawn({
-            let lock = b.lock("w");
-            async move { lock.acquire().await }
-        });
-        while children(&zk, "w").await.len() < 2 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        dropped.abort();
-        while children(&zk, "w").await.len() > 1 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-
-        // Woken by the release, not by a timer (the session timeout is 20 s).
-        let waiter = tokio::spawn({
-            let lock = b.lock("w");
-            async move { (lock.acquire().await, Instant::now()) }
-        });
-        while children(&zk, "w").await.len() < 2 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let status = c.status("w").await.unwrap();
-        assert_eq!(status.waiters.len(), 1);
-        let released = Instant::now();
-        held.release().await.unwrap();
-        let (got, at) = waiter.await.unwrap();
-        let got = got.expect("the waiter acquires");
-        assert!(
-            at - released < Duration::from_secs(2),
-            "woken after {:?}",
-            at - released
-        );
-
-        // A forced unlock deletes the holder's node: the holder is told, the next waits no more.
-        let next = tokio::spawn({
-            let lock = c.lock("w");
-            async move { lock.acquire().await }
-        });
-        while children(&zk, "w").await.len() < 2 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let removed = a.force_unlock("w").await.unwrap();
-        assert_eq!(removed.len(), 1);
-        within(5.0, "the holder is told", got.lost()).await;
-        let taken = within(5.0, "hand-over", next).await.unwrap().unwrap();
-        assert!(taken.fencing_token() > got.fencing_token());
-        taken.release().await.unwrap();
-        assert!(children(&zk, "w").await.is_empty());
-    })
-    .await;
-}
-
-/// A holder whose server stops answering is told (`lost()`) before the server can expire its
-/// session and hand the lock to another client.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn paused_server_fires_lost_before_another_client_acquires() {
-    let zk = server();
-    within(60.0, "pause", async {
-        let (a, b) = (client(&zk, 2_000).await, client(&zk, 20_000).await);
-        let held = a.lock("p").acquire().await.unwrap();
-        let waiter = tokio::spawn({
-            let lock = b.lock("p");
-            async move {
-                let g = lock.acquire_timeout(Duration::from_secs(40)).await;
-                (g, Instant::now())
-            }
-        });
-        while children(&zk, "p").await.len() < 2 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        zk.pause();
-        let paused = Instant::now();
-        within(5.0, "lost while the server is paused", held.lost()).await;
-        let lost_at = Instant::now();
-        assert!(lost_at - paused <= Duration::from_millis(2_000));
-        tokio::time::sleep(Duration::from_millis(3_000)).await;
-        zk.resume();
-        let (got, acquired_at) = waiter.await.unwrap();
-        let got = got.expect("the waiter gets the lock once the session expired");
-        assert!(lost_at < acquired_at);
-        assert!(got.fencing_token() > held.fencing_token());
-        assert!(!held.is_held());
-        got.release().await.unwrap();
-        drop(held);
-    })
-    .await;
-}
-
 /// Curator's InterProcessMutex and fencelock exclude each other on the same path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn curator_interop() {
     let zk = server();
     within(90.0, "curator", async {
-        let c = client(&zk, 10_000).await;
+        let c = client_at(&zk.url(), 10_000).await;
         let mut curator = CuratorLock::spawn(&zk.connect_string(), "/fencelock/job").unwrap();
         curator.wait_acquired(Duration::from_secs(30)).unwrap();
         assert!(c.lock("job").try_acquire().await.unwrap().is_err());
@@ -322,36 +97,22 @@ struct Peek {
 
 impl Peek {
     async fn connect(connect_string: &str) -> Self {
-        let zk = zookeeper_client::Client::connector()
-            .with_session_timeout(Duration::from_secs(20))
-            .connect(connect_string)
-            .await
-            .expect("raw ZooKeeper client");
-        Self { zk }
+        Self {
+            zk: common::zk_raw(connect_string).await,
+        }
     }
 
     /// The lock's children in sequence order, with their GUIDs and owners.
     async fn children(&self, name: &str) -> Vec<Child> {
-        let dir = format!("/fencelock/{name}");
-        let mut names = match self.zk.list_children(&dir).await {
-            Ok(c) => c,
-            Err(zookeeper_client::Error::NoNode) => Vec::new(),
-            Err(e) => panic!("list children of {dir}: {e}"),
-        };
-        names.sort_by_key(|n| n.rsplit('-').next().map(str::to_owned));
-        let mut children = Vec::new();
-        for name in names {
-            match self.zk.check_stat(&format!("{dir}/{name}")).await {
-                Ok(Some(stat)) => children.push(Child {
-                    guid: guid_of(&name),
-                    session: stat.ephemeral_owner,
-                    name,
-                }),
-                Ok(None) => {}
-                Err(e) => panic!("stat of {dir}/{name}: {e}"),
-            }
-        }
+        let children = common::zk_children_of(&self.zk, name).await;
         children
+            .into_iter()
+            .map(|(name, session)| Child {
+                guid: guid_of(&name),
+                session,
+                name,
+            })
+            .collect()
     }
 
     /// Polls until the lock has `n` children, at most `secs` seconds.
@@ -420,10 +181,7 @@ fn watches(server: &ZooKeeperServer, session: i64) -> bool {
 
 /// A client connected through `proxy` whose session timeout is `ms`.
 async fn proxied_client(proxy: &TcpProxy, ms: u64) -> Client {
-    let options = ClientOptions::default().default_lease(Duration::from_millis(ms));
-    Client::connect_with(&format!("zk://{}", proxy.connect_string()), options)
-        .await
-        .expect("connect to ZooKeeper through the proxy")
+    client_at(&format!("zk://{}", proxy.connect_string()), ms).await
 }
 
 /// The lost `create` reply of every test below: `start` sends the create through the
@@ -520,7 +278,7 @@ async fn lost_create_reply_while_waiting_keeps_one_node() {
     let proxy = TcpProxy::start(zk.port()).expect("proxy");
     within(60.0, "lost create reply while waiting", async {
         let peek = Peek::connect(&zk.connect_string()).await;
-        let holder = client(&zk, 10_000).await;
+        let holder = client_at(&zk.url(), 10_000).await;
         let held = holder.lock("lcw").acquire().await.unwrap();
         let w = proxied_client(&proxy, 10_000).await;
         let mut waiting = None;
@@ -566,7 +324,7 @@ async fn lost_create_reply_then_timeout_leaves_no_node() {
     let proxy = TcpProxy::start(zk.port()).expect("proxy");
     within(60.0, "lost create reply, then timeout", async {
         let peek = Peek::connect(&zk.connect_string()).await;
-        let holder = client(&zk, 10_000).await;
+        let holder = client_at(&zk.url(), 10_000).await;
         let held = holder.lock("lct").acquire().await.unwrap();
         let mine = peek.children("lct").await;
         let w = proxied_client(&proxy, 10_000).await;
@@ -608,7 +366,7 @@ async fn lost_create_reply_then_dropped_acquire_leaves_no_node() {
     let proxy = TcpProxy::start(zk.port()).expect("proxy");
     within(60.0, "lost create reply, then drop", async {
         let peek = Peek::connect(&zk.connect_string()).await;
-        let holder = client(&zk, 10_000).await;
+        let holder = client_at(&zk.url(), 10_000).await;
         let held = holder.lock("lcd").acquire().await.unwrap();
         let mine = peek.children("lcd").await;
         let w = proxied_client(&proxy, 10_000).await;
@@ -817,7 +575,7 @@ async fn partitioned_holder_is_told_before_the_server_expires_its_session() {
     within(60.0, "partition", async {
         let peek = Peek::connect(&zk.connect_string()).await;
         let a = proxied_client(&proxy, 2_000).await;
-        let b = client(&zk, 20_000).await;
+        let b = client_at(&zk.url(), 20_000).await;
         let held = a.lock("part").acquire().await.unwrap();
         let a_session = peek.children("part").await[0].session;
         let waiter = tokio::spawn({
@@ -834,7 +592,7 @@ async fn partitioned_holder_is_told_before_the_server_expires_its_session() {
         assert_eq!(proxy.cut(), 1);
         // While A's node still stands, a new client with A's owner id does not take it for
         // its own (apache/curator#1121: only a node of the current session counts).
-        let again = client(&zk, 2_000).await;
+        let again = client_at(&zk.url(), 2_000).await;
         let r = again
             .lock("part")
             .with_owner(held.owner())
@@ -912,7 +670,7 @@ async fn partitioned_holder_is_told_before_the_server_expires_its_session() {
         );
         assert!(got.is_held());
         assert_eq!(got.release().await.unwrap(), Released::Released);
-        let fresh = client(&zk, 2_000).await;
+        let fresh = client_at(&zk.url(), 2_000).await;
         let g = fresh
             .lock("part")
             .try_acquire()
@@ -934,7 +692,10 @@ async fn standalone_restart_keeps_the_lock_and_wakes_the_waiter() {
     let zk = &mut zk;
     within(90.0, "restart", async move {
         let peek = Peek::connect(&zk.connect_string()).await;
-        let (a, b) = (client(zk, 20_000).await, client(zk, 20_000).await);
+        let (a, b) = (
+            client_at(&zk.url(), 20_000).await,
+            client_at(&zk.url(), 20_000).await,
+        );
         let held = a.lock("rs").acquire().await.unwrap();
         let waiter = tokio::spawn({
             let lock = b.lock("rs");
@@ -1001,7 +762,7 @@ async fn create_reply_later_than_the_response_timeout_leaves_no_node() {
     let proxy = TcpProxy::start(zk.port()).expect("proxy");
     within(60.0, "slow create reply", async {
         let peek = Peek::connect(&zk.connect_string()).await;
-        let holder = client(&zk, 10_000).await;
+        let holder = client_at(&zk.url(), 10_000).await;
         let held = holder.lock("slow").acquire().await.unwrap();
         let mine = peek.children("slow").await;
         let options = ClientOptions::default()
@@ -1056,268 +817,6 @@ async fn create_reply_later_than_the_response_timeout_leaves_no_node() {
             .expect("the lock is free again");
         g.release().await.unwrap();
         assert!(peek.children("slow").await.is_empty());
-    })
-    .await;
-}
-
-/// `common::failed_release_is_never_reentered`. Failed before the fix: the failed delete made
-/// the holding re-enterable, and the owner's next `try_acquire` returned the old token at once,
-/// with no request, while another client held the lock (found by `fencelock verify
-/// --faults netem`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_failed_release_is_never_reentered() {
-    let zk = server();
-    let proxy = TcpProxy::start(zk.port()).expect("proxy");
-    let proxied = format!("zk://{}", proxy.connect_string());
-    within(
-        60.0,
-        "failed release",
-        common::failed_release_is_never_reentered(&proxied, &zk.url(), &proxy),
-    )
-    .await;
-}
-
-/// `common::a_dropped_release_is_finished`: the delete is lost with the connection and the
-/// release future dropped. Failed before the fix: the holding was closed and its node never
-/// deleted again, so it held the lock while the session lived.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_dropped_release_is_finished() {
-    let zk = server();
-    let proxy = TcpProxy::start(zk.port()).expect("proxy");
-    let proxied = format!("zk://{}", proxy.connect_string());
-    within(
-        60.0,
-        "dropped release",
-        common::a_dropped_release_is_finished(&proxied, &zk.url(), &proxy),
-    )
-    .await;
-}
-
-/// The password of session `id`, as the server derives it (`ZooKeeperServer.generatePasswd`:
-/// 16 bytes from `java.util.Random` seeded with `id ^ 0xB3415C00`).
-fn session_password(id: i64) -> [u8; 16] {
-    const MULTIPLIER: i64 = 0x5_DEEC_E66D;
-    const MASK: i64 = (1 << 48) - 1;
-    let mut seed = (id ^ 0xB341_5C00 ^ MULTIPLIER) & MASK;
-    let mut password = [0u8; 16];
-    for chunk in password.chunks_mut(4) {
-        // `Random.nextInt()`, its bytes lowest first, as `Random.nextBytes` takes them.
-        seed = seed.wrapping_mul(MULTIPLIER).wrapping_add(0xB) & MASK;
-        let mut int = (seed >> 16) as i32;
-        for byte in chunk {
-            *byte = int as u8;
-            int >>= 8;
-        }
-    }
-    password
-}
-
-/// Ends session `id` on the server as Curator's `KillSession` did: a connection of its own
-/// takes the session over (its id and password; the server closes the client's connection)
-/// and closes it, in the ZooKeeper protocol. The server deletes the session's ephemeral nodes
-/// and tells the client, when it reconnects, that its session expired. False when the close
-/// was not answered: the client took its session back first (try again).
-async fn close_session(server: &ZooKeeperServer, id: i64) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    async fn send(s: &mut tokio::net::TcpStream, body: &[u8]) -> std::io::Result<()> {
-        s.write_all(&(body.len() as i32).to_be_bytes()).await?;
-        s.write_all(body).await
-    }
-    async fn receive(s: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
-        let len = s.read_i32().await?;
-        let mut body = vec![0; len.max(0) as usize];
-        s.read_exact(&mut body).await?;
-        Ok(body)
-    }
-    let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(server.addr()).await?;
-        // ConnectRequest: protocol version, last zxid seen, timeout, session, password,
-        // read-only.
-        let mut connect = Vec::new();
-        connect.extend_from_slice(&0i32.to_be_bytes());
-        connect.extend_from_slice(&0i64.to_be_bytes());
-        connect.extend_from_slice(&30_000i32.to_be_bytes());
-        connect.extend_from_slice(&id.to_be_bytes());
-        connect.extend_from_slice(&16i32.to_be_bytes());
-        connect.extend_from_slice(&session_password(id));
-        connect.push(0);
-        send(&mut s, &connect).await?;
-        // ConnectResponse: protocol version, then the timeout, zero if the session was refused.
-        let reply = receive(&mut s).await?;
-        if reply.get(4..8) == Some(&[0; 4]) || reply.len() < 8 {
-            return Ok(false);
-        }
-        // RequestHeader: xid, type (closeSession is -11); ReplyHeader: xid, zxid, error.
-        send(
-            &mut s,
-            &[1i32.to_be_bytes(), (-11i32).to_be_bytes()].concat(),
-        )
-        .await?;
-        let reply = receive(&mut s).await?;
-        Ok::<_, std::io::Error>(reply.get(12..16) == Some(&[0; 4]))
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(5), exchange).await,
-        Ok(Ok(true))
-    )
-}
-
-/// The end of a session fires `lost()` on every guard of the client, not on one: guards of
-/// two handles on two names, and both holds of a re-entered lock (counted in the client).
-/// First the server ends the session (closed by another connection, see `close_session`;
-/// the client, which reaches the server through a proxy, is kept from taking its session
-/// back meanwhile): with a 30 s session timeout, every guard is told within seconds of the
-/// client's reconnection, by the end of the session, not by its deadline. Then a client cut
-/// off from a running server (as in
-/// `partitioned_holder_is_told_before_the_server_expires_its_session`, 2 s session): every
-/// guard is told by the session's deadline.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn every_guard_is_told_when_the_session_ends() {
-    let zk = server();
-    let (proxy, cut_off) = (
-        TcpProxy::start(zk.port()).expect("proxy"),
-        TcpProxy::start(zk.port()).expect("proxy"),
-    );
-    within(90.0, "every guard", async {
-        let peek = Peek::connect(&zk.connect_string()).await;
-        let a = proxied_client(&proxy, 30_000).await;
-        let first = a.lock("every-1").acquire().await.unwrap();
-        let second = a.lock("every-2").acquire().await.unwrap();
-        let lock = a.lock("every-3");
-        let outer = lock.acquire().await.unwrap();
-        let inner = lock.acquire().await.unwrap();
-        assert_eq!((outer.hold_count(), inner.hold_count()), (1, 2));
-        let session = peek.children("every-1").await[0].session;
-        for name in ["every-2", "every-3"] {
-            let children = peek.children(name).await;
-            assert_eq!(children.len(), 1, "{children:?}");
-            assert_eq!(children[0].session, session, "one session for every lock");
-        }
-        proxy.refuse_new(true);
-        assert!(
-            close_session(&zk, session).await,
-            "the session was not closed"
-        );
-        for name in ["every-1", "every-2", "every-3"] {
-            assert!(peek.children(name).await.is_empty(), "{name}");
-        }
-        proxy.refuse_new(false);
-        let closed = Instant::now();
-        for (i, g) in [&first, &second, &outer, &inner].iter().enumerate() {
-            within(10.0, &format!("lost() of guard {i}"), g.lost()).await;
-            assert!(!g.is_held(), "guard {i}");
-            let why = g.lost_reason().map(|r| r.to_string()).unwrap_or_default();
-            assert!(
-                why.contains("expired, was closed"),
-                "guard {i} was told by something else than the session's end: {why:?}"
-            );
-        }
-        eprintln!("every guard told {:?} after the close", closed.elapsed());
-        assert!(
-            closed.elapsed() < Duration::from_secs(15),
-            "told after {:?}: by the deadline, not the session's end",
-            closed.elapsed()
-        );
-        drop((first, second, outer, inner));
-
-        // Cut off: no word from the server, every guard's deadline passes.
-        let p = proxied_client(&cut_off, 2_000).await;
-        let first = p.lock("cut-1").acquire().await.unwrap();
-        let second = p.lock("cut-2").acquire().await.unwrap();
-        let lock = p.lock("cut-3");
-        let outer = lock.acquire().await.unwrap();
-        let inner = lock.acquire().await.unwrap();
-        cut_off.refuse_new(true);
-        let cut = Instant::now();
-        assert_eq!(cut_off.cut(), 1);
-        for (i, g) in [&first, &second, &outer, &inner].iter().enumerate() {
-            within(5.0, &format!("lost() of cut-off guard {i}"), g.lost()).await;
-            assert!(!g.is_held(), "cut-off guard {i}");
-        }
-        assert!(
-            cut.elapsed() <= Duration::from_millis(2_500),
-            "{:?}",
-            cut.elapsed()
-        );
-        cut_off.refuse_new(false);
-        drop((first, second, outer, inner));
-    })
-    .await;
-}
-
-/// The session timeout is the server's to choose: ZooKeeper grants what the client asks
-/// within 2 and 20 ticks (its default bounds, set here with a 1 s tick instead of the test
-/// kit's own bounds). The client uses the negotiated timeout: it is every guard's `lease()`,
-/// the guards' deadlines count with it, and `Client::warnings()` reports it when it differs
-/// from `default_lease`; a timeout within the bounds is granted as asked, without a warning.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_negotiated_session_timeout_is_the_lease_and_is_reported() {
-    let zk = ZooKeeperServer::builder()
-        .config("tickTime", "1000")
-        .config("minSessionTimeout", "-1")
-        .config("maxSessionTimeout", "-1")
-        .start()
-        .expect("start a ZooKeeper server");
-    within(60.0, "negotiated timeout", async {
-        let conf = zk.four_letter("conf").expect("conf");
-        assert!(
-            conf.contains("minSessionTimeout=2000") && conf.contains("maxSessionTimeout=20000"),
-            "{conf}"
-        );
-        for (asked_ms, negotiated_ms) in [(500, 2_000), (60_000, 20_000), (5_000, 5_000)] {
-            let asked = Duration::from_millis(asked_ms);
-            let negotiated = Duration::from_millis(negotiated_ms);
-            let c = client(&zk, asked_ms).await;
-            let g = c.lock("negotiated").acquire().await.unwrap();
-            let again = c.lock("negotiated-2").acquire().await.unwrap();
-            assert_eq!(g.lease(), negotiated, "asked for {asked:?}");
-            assert_eq!(again.lease(), negotiated, "asked for {asked:?}");
-            // The deadline counts with the negotiated timeout: never beyond it (60 s asked),
-            // and beyond what was asked when the server granted more (500 ms asked).
-            let left = g.remaining_validity().expect("held");
-            assert!(left <= negotiated, "{left:?} left, asked {asked:?}");
-            if negotiated > asked {
-                assert!(left > asked, "{left:?} left, asked {asked:?}");
-            }
-            common::assert_lease_reported(c.warnings(), asked, negotiated);
-            assert_eq!(g.release().await.unwrap(), Released::Released);
-            assert_eq!(again.release().await.unwrap(), Released::Released);
-            c.close().await.unwrap();
-        }
-    })
-    .await;
-}
-
-/// The guards of a session that ended stay lost, and the release of each finds nothing
-/// (`NotHeld`), a re-entered lock's two guards included: neither says the lock is still held
-/// (`StillHeld`) when the client has no session that could hold it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn guards_of_an_ended_session_release_as_not_held() {
-    let zk = server();
-    let proxy = TcpProxy::start(zk.port()).expect("proxy");
-    within(60.0, "releases after the session's end", async {
-        let peek = Peek::connect(&zk.connect_string()).await;
-        let a = proxied_client(&proxy, 30_000).await;
-        let single = a.lock("gone-1").acquire().await.unwrap();
-        let lock = a.lock("gone-2");
-        let outer = lock.acquire().await.unwrap();
-        let inner = lock.acquire().await.unwrap();
-        let session = peek.children("gone-1").await[0].session;
-        proxy.refuse_new(true);
-        assert!(
-            close_session(&zk, session).await,
-            "the session was not closed"
-        );
-        proxy.refuse_new(false);
-        for g in [&single, &outer, &inner] {
-            within(10.0, "lost() after the session's end", g.lost()).await;
-        }
-        let released = [
-            single.release().await.unwrap(),
-            outer.release().await.unwrap(),
-            inner.release().await.unwrap(),
-        ];
-        assert_eq!(released, [Released::NotHeld; 3], "single, outer, inner");
     })
     .await;
 }
@@ -1387,7 +886,10 @@ async fn raw_node(zk: &zookeeper_client::Client, name: &str) -> String {
 async fn a_lock_held_alone_is_taken_again_with_two_requests() {
     let zk = server();
     within(60.0, "fast path", async {
-        let (a, b) = (client(&zk, 10_000).await, client(&zk, 10_000).await);
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
         let lock = a.lock("calm");
         let mut last = 0;
         for _ in 0..2 {
@@ -1412,7 +914,7 @@ async fn a_lock_held_alone_is_taken_again_with_two_requests() {
             Some(g.fencing_token())
         );
         g.release().await.unwrap();
-        assert!(children(&zk, "calm").await.is_empty());
+        assert!(zk_children(&zk.connect_string(), "calm").await.is_empty());
     })
     .await;
 }
@@ -1423,7 +925,10 @@ async fn a_lock_held_alone_is_taken_again_with_two_requests() {
 async fn other_nodes_between_pairs_end_the_fast_path() {
     let zk = server();
     within(60.0, "others", async {
-        let (a, b) = (client(&zk, 10_000).await, client(&zk, 10_000).await);
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
         let raw = zookeeper_client::Client::connect(&zk.connect_string())
             .await
             .unwrap();
@@ -1454,7 +959,7 @@ async fn other_nodes_between_pairs_end_the_fast_path() {
 async fn a_folder_made_again_is_not_taken_for_calm() {
     let zk = server();
     within(60.0, "folder made again", async {
-        let a = client(&zk, 10_000).await;
+        let a = client_at(&zk.url(), 10_000).await;
         let raw = zookeeper_client::Client::connect(&zk.connect_string())
             .await
             .unwrap();
@@ -1478,9 +983,10 @@ async fn a_folder_made_again_is_not_taken_for_calm() {
             async move { lock.acquire().await }
         });
         let mine = loop {
-            let listed = children(&zk, "again").await;
-            if let Some(mine) = listed.iter().find(|c| !c.starts_with("_c_00000000")) {
-                break mine.clone();
+            let listed = zk_children(&zk.connect_string(), "again").await;
+            let mut names = listed.into_iter().map(|(name, _)| name);
+            if let Some(mine) = names.find(|c| !c.starts_with("_c_00000000")) {
+                break mine;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
@@ -1508,7 +1014,10 @@ async fn a_forced_unlock_of_a_holding_taken_on_the_fast_path_fires_lost() {
     let zk = server();
     within(60.0, "forced", async {
         // A 30 s session: its probe (every quarter) stays out of the one-request count.
-        let (a, b) = (client(&zk, 30_000).await, client(&zk, 10_000).await);
+        let (a, b) = (
+            client_at(&zk.url(), 30_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
         let lock = a.lock("forced");
         pairs(&lock, 2).await;
         let before = received(&zk);
@@ -1524,7 +1033,7 @@ async fn a_forced_unlock_of_a_holding_taken_on_the_fast_path_fires_lost() {
             let lock = a.lock("forced").with_owner("second");
             async move { lock.acquire().await }
         });
-        while children(&zk, "forced").await.len() < 2 {
+        while zk_children(&zk.connect_string(), "forced").await.len() < 2 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(b.force_unlock("forced").await.unwrap().len(), 1);
@@ -1545,7 +1054,10 @@ async fn a_forced_unlock_of_a_holding_taken_on_the_fast_path_fires_lost() {
 async fn owners_of_one_client_and_another_client_never_hold_at_once() {
     let zk = server();
     within(60.0, "mixed", async {
-        let (a, b) = (client(&zk, 30_000).await, client(&zk, 10_000).await);
+        let (a, b) = (
+            client_at(&zk.url(), 30_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
         // One after the other, the two owners of one client share the fast path: the folder's
         // calm is the client's, whichever owner made the last node.
         let (first, second) = (
@@ -1588,7 +1100,7 @@ async fn owners_of_one_client_and_another_client_never_hold_at_once() {
         for t in tasks {
             t.await.expect("worker");
         }
-        assert!(children(&zk, "mixed").await.is_empty());
+        assert!(zk_children(&zk.connect_string(), "mixed").await.is_empty());
     })
     .await;
 }

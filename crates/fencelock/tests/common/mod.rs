@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use fencelock::{Client, ClientOptions};
-use fencelock_testkit::{RedisServer, TcpProxy};
+use fencelock_testkit::RedisServer;
 
 pub fn server() -> RedisServer {
     RedisServer::start().expect("start redis-server")
@@ -70,92 +70,6 @@ pub fn has_key(server: &RedisServer, name: &str) -> bool {
     server.command(&["EXISTS", &key]).ok().and_then(|r| r.int()) == Some(1)
 }
 
-/// A release whose delete fails (its reply later than the response timeout; the server may
-/// have deleted the node or key all the same) leaves the holding closed: the owner's next
-/// acquire never re-enters it with the old token, and the lock is free again once the node
-/// or key is gone, deleted late or again in the background. For the services whose holdings
-/// the client counts (ZooKeeper, etcd): `proxied` reaches the server through `proxy`,
-/// `direct` does not.
-pub async fn failed_release_is_never_reentered(proxied: &str, direct: &str, proxy: &TcpProxy) {
-    let options = ClientOptions::default()
-        .default_lease(Duration::from_millis(10_000))
-        .response_timeout(Duration::from_millis(300));
-    let a = Client::connect_with(proxied, options.clone())
-        .await
-        .unwrap();
-    let lock = a.lock("failed-release");
-    let held = lock.acquire().await.unwrap();
-    let first = held.fencing_token();
-    proxy.set_latency(Duration::from_millis(1_000));
-    let released = held.release().await;
-    assert!(
-        released.is_err(),
-        "the delete's reply is late: {released:?}"
-    );
-    proxy.set_latency(Duration::ZERO);
-    let b = Client::connect_with(direct, options).await.unwrap();
-    let other = b
-        .lock("failed-release")
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .expect("the lock is free: deleted late, or again in the background");
-    assert!(other.fencing_token() > first);
-    let again = lock.try_acquire().await.unwrap();
-    assert!(
-        again.is_err(),
-        "re-entered a released holding: {:?}",
-        again.map(|g| g.fencing_token())
-    );
-    let second = other.fencing_token();
-    other.release().await.unwrap();
-    let mine = lock.acquire_timeout(Duration::from_secs(10)).await.unwrap();
-    assert!(mine.fencing_token() > second);
-    assert_eq!(mine.release().await.unwrap(), fencelock::Released::Released);
-    let last = b.lock("failed-release").try_acquire().await.unwrap();
-    assert!(last.is_ok(), "the lock is free after the owner's release");
-}
-
-/// A release whose future is dropped before the server answered (`tokio::time::timeout`
-/// firing first) is finished in the background, as a dropped guard's: the lock is free again
-/// for another client, and for another handle of the same client (its per-lock slot on etcd).
-/// Here the delete never reaches the server: it is still on its way through `proxy` (a slow
-/// link) when the connection is cut, so only a give-back that goes on after the drop, on the
-/// client's next connection, frees the lock. For the services whose holdings the client
-/// counts (ZooKeeper, etcd): `proxied` reaches the server through `proxy`, `direct` does not.
-pub async fn a_dropped_release_is_finished(proxied: &str, direct: &str, proxy: &TcpProxy) {
-    let options = ClientOptions::default().default_lease(Duration::from_millis(20_000));
-    let a = Client::connect_with(proxied, options.clone())
-        .await
-        .unwrap();
-    let b = Client::connect_with(direct, options).await.unwrap();
-    let lock = a.lock("dropped-release");
-    let held = lock.acquire().await.unwrap();
-    let first = held.fencing_token();
-    proxy.set_latency(Duration::from_millis(500));
-    let given_up = tokio::time::timeout(Duration::from_millis(100), held.release()).await;
-    assert!(given_up.is_err(), "the release was answered: {given_up:?}");
-    assert!(proxy.cut() > 0, "the delete was on its way");
-    proxy.set_latency(Duration::ZERO);
-    let other = b
-        .lock("dropped-release")
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .expect("another client gets the lock: the given-up release was finished");
-    let second = other.fencing_token();
-    assert!(second > first);
-    assert_eq!(
-        other.release().await.unwrap(),
-        fencelock::Released::Released
-    );
-    let mine = a
-        .lock("dropped-release")
-        .acquire_timeout(Duration::from_secs(10))
-        .await
-        .expect("another handle of the client gets the lock: its slot was freed");
-    assert!(mine.fencing_token() > second);
-    assert_eq!(mine.release().await.unwrap(), fencelock::Released::Released);
-}
-
 /// A client's warnings after asking for lease `asked` and being granted `granted` (a
 /// ZooKeeper session timeout, an etcd TTL): none when they match, else one naming both.
 pub fn assert_lease_reported(warnings: &[fencelock::Warning], asked: Duration, granted: Duration) {
@@ -186,4 +100,101 @@ pub fn queue_len(server: &RedisServer, name: &str) -> i64 {
         .ok()
         .and_then(|r| r.int())
         .unwrap_or(-1)
+}
+
+/// The server's clock in microseconds, as the scripts read it.
+pub fn server_micros(server: &RedisServer) -> u64 {
+    match server.command(&["TIME"]).unwrap() {
+        fencelock_testkit::Reply::Array(Some(t)) => {
+            let secs: u64 = t[0].text().unwrap().parse().unwrap();
+            let micros: u64 = t[1].text().unwrap().parse().unwrap();
+            secs * 1_000_000 + micros
+        }
+        other => panic!("TIME replied {other:?}"),
+    }
+}
+
+/// A client of `url` whose lease (`default_lease`: a ZooKeeper session timeout, an etcd TTL) is
+/// `ms`.
+pub async fn client_at(url: &str, ms: u64) -> Client {
+    Client::connect_with(url, short_lease(ms))
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+/// Lock `name`'s children on ZooKeeper (`connect_string`), in sequence order, each with the
+/// session that owns it (`ephemeralOwner`), read with a raw client (not the library under
+/// test).
+pub async fn zk_children(connect_string: &str, name: &str) -> Vec<(String, i64)> {
+    zk_children_of(&zk_raw(connect_string).await, name).await
+}
+
+/// A raw ZooKeeper client (not the library under test), with a 20 s session.
+pub async fn zk_raw(connect_string: &str) -> zookeeper_client::Client {
+    zookeeper_client::Client::connector()
+        .with_session_timeout(Duration::from_secs(20))
+        .connect(connect_string)
+        .await
+        .expect("raw ZooKeeper client")
+}
+
+/// [`zk_children`] through a raw client already connected.
+pub async fn zk_children_of(zk: &zookeeper_client::Client, name: &str) -> Vec<(String, i64)> {
+    let dir = format!("/fencelock/{name}");
+    let mut names = match zk.list_children(&dir).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("list children of {dir}: {e}"),
+    };
+    names.sort_by_key(|n| n.rsplit('-').next().map(str::to_owned));
+    let mut children = Vec::new();
+    for name in names {
+        match zk.check_stat(&format!("{dir}/{name}")).await {
+            Ok(Some(stat)) => children.push((name, stat.ephemeral_owner)),
+            Ok(None) => {}
+            Err(e) => panic!("stat of {dir}/{name}: {e}"),
+        }
+    }
+    children
+}
+
+/// Lock `name`'s keys on etcd (`endpoints`, comma-separated): (key, create revision, lease),
+/// read with a raw client (not the library under test).
+pub async fn etcd_keys(endpoints: &str, name: &str) -> Vec<(String, i64, i64)> {
+    let mut c = etcd_raw(endpoints).await;
+    let prefix = format!("/fencelock/{name}/");
+    let got = c
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .expect("get the lock's keys");
+    got.kvs()
+        .iter()
+        .map(|kv| {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            (key, kv.create_revision(), kv.lease())
+        })
+        .collect()
+}
+
+/// The etcd lease `lease` as the server has it: (remaining TTL, granted TTL) in seconds, a
+/// remaining TTL of -1 when there is no such lease (revoked or expired); read with a raw
+/// client (not the library under test).
+pub async fn etcd_lease_ttl(endpoints: &str, lease: i64) -> (i64, i64) {
+    let got = etcd_raw(endpoints)
+        .await
+        .lease_time_to_live(lease, None)
+        .await
+        .expect("the lease's TTL");
+    (got.ttl(), got.granted_ttl())
+}
+
+/// A raw etcd client (not the library under test) of `endpoints`, comma-separated.
+pub async fn etcd_raw(endpoints: &str) -> etcd_client::Client {
+    let eps: Vec<String> = endpoints
+        .split(',')
+        .map(|e| format!("http://{e}"))
+        .collect();
+    etcd_client::Client::connect(eps, None)
+        .await
+        .expect("raw etcd client")
 }
