@@ -6,10 +6,13 @@
 //! cargo run --release --manifest-path crates/fencelock-bench/Cargo.toml -- [--secs 2] [--rounds 3] [--callgrind]
 //!     [--json target/bench-rslock.json] [--markdown docs/PERFORMANCE-rslock.md]
 //! ```
-//! `--only uncontended,distinct,contended,redlock,script_costs` runs some scenarios. `--callgrind` adds the
+//! `--only uncontended,distinct,contended,redlock,script_costs,footprint` runs some scenarios
+//! (`footprint`: 100,000 lock names taken and released once, with a short fence horizon, and
+//! what the server keeps during and after it; `--names N` for another count). `--callgrind` adds the
 //! instructions (and allocations) per uncontended pair, counted by valgrind, in the client and
 //! in the server.
 
+mod footprint;
 mod libs;
 mod markdown;
 mod profile;
@@ -33,6 +36,7 @@ pub struct Args {
     markdown: Option<String>,
     only: Vec<String>,
     callgrind: bool,
+    names: usize,
 }
 
 fn args() -> Args {
@@ -43,6 +47,7 @@ fn args() -> Args {
         markdown: None,
         only: Vec::new(),
         callgrind: false,
+        names: 100_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -60,6 +65,7 @@ fn args() -> Args {
                     .collect()
             }
             "--callgrind" => a.callgrind = true,
+            "--names" => a.names = it.next().and_then(|s| s.parse().ok()).expect("--names N"),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -122,6 +128,11 @@ fn main() {
             .map(|(what, us)| json!({"script": what, "us_per_call": us}))
             .collect();
         report.insert("script_costs".into(), json!(costs));
+    }
+    if wanted("footprint") {
+        eprintln!("footprint…");
+        let measured = runtime.block_on(footprint::measure(one, args.names));
+        report.insert("footprint".into(), measured);
     }
     if args.callgrind {
         report.insert("callgrind".into(), profile::measure(one));

@@ -158,6 +158,36 @@ fn script_costs(md: &mut String, costs: &[Value]) {
     md.push('\n');
 }
 
+/// What a run of many lock names leaves on the server, during and after the fence horizon.
+fn footprint(md: &mut String, f: &Value) {
+    let n = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let _ = writeln!(
+        md,
+        "## Footprint: {:.0} lock names, each taken and released once (fencelock, fence horizon {:.0} s)\n",
+        n(&f["names"]),
+        n(&f["horizon_secs"]),
+    );
+    md.push_str("| when | keys | used_memory (bytes) |\n|---|---|---|\n");
+    for (when, key) in [
+        ("empty server (client connected, scripts loaded)", "empty"),
+        ("right after the run", "during"),
+        ("after the horizon", "after_horizon"),
+    ] {
+        let _ = writeln!(
+            md,
+            "| {when} | {:.0} | {:.0} |",
+            n(&f[key]["keys"]),
+            n(&f[key]["used_memory"]),
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nAfter the horizon / empty: **{:.3}** (target: within 1 %). {:.0} pairs/s over 64 tasks.\n",
+        n(&f["after_over_empty"]),
+        n(&f["pairs_per_sec"]),
+    );
+}
+
 /// The whole page.
 pub fn render(r: &Value) -> String {
     let mut md = String::from("# fencelock beside rslock\n\n");
@@ -217,6 +247,9 @@ pub fn render(r: &Value) -> String {
             "RedLock over 5 servers, one task, one client",
             "Commands are summed over the five servers.",
         );
+    }
+    if r["footprint"].is_object() {
+        footprint(&mut md, &r["footprint"]);
     }
     if let Some(costs) = r["script_costs"].as_array() {
         script_costs(&mut md, costs);

@@ -456,7 +456,7 @@ async fn unlock_not_confirmed_exits_1_and_names_the_holder() {
 }
 
 /// Point 13, and the one exit-code table: README states the facts a user must plan for (a
-/// fencing counter per lock name, tokens comparable within one service only, a token floor,
+/// fencing counter per lock name for a horizon, tokens comparable within one service only, a token floor,
 /// the first commands install packages), shows the new command shapes, and its table has
 /// every code `run --help` lists.
 #[test]
@@ -464,7 +464,7 @@ fn readme_states_the_facts_and_every_exit_code() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
     for fact in [
-        "Every lock name leaves a fencing counter behind",
+        "A lock name leaves its fencing counter behind for a horizon",
         "Tokens are comparable only within one service",
         "token floor",
         "installs redis-server if missing",

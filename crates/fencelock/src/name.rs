@@ -1,20 +1,15 @@
-//! Lock names, and what a lock service derives from them.
-
-use std::any::Any;
-use std::sync::{Arc, OnceLock};
+//! Lock names.
 
 use crate::error::InputError;
 
 /// The longest lock name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 512;
 
-/// A lock's name as the API hands it to the lock service, with what the service derives
-/// from it, made once per lock handle at its first use (the Redis family's keys; the other
-/// services use the name as it is). Nothing above the seam knows what that is.
+/// A lock's name as the API hands it to the lock service, checked by the rules every service
+/// shares. What a service derives from it (the Redis family's keys) it derives itself.
 pub(crate) struct LockName {
     /// The name as the user gave it.
     pub(crate) name: String,
-    derived: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for LockName {
@@ -29,21 +24,7 @@ impl LockName {
         validate_name(name)?;
         Ok(Self {
             name: name.to_owned(),
-            derived: OnceLock::new(),
         })
-    }
-
-    /// What `make` derives from the name, made at the first call and kept. (A lock handle
-    /// serves one service, so the type is always the same; were it not, the value is made
-    /// again rather than kept.)
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn derived<T: Any + Send + Sync>(&self, make: impl Fn(&str) -> T) -> Arc<T> {
-        let kept = self
-            .derived
-            .get_or_init(|| Arc::new(make(&self.name)))
-            .clone();
-        kept.downcast::<T>()
-            .unwrap_or_else(|_| Arc::new(make(&self.name)))
     }
 }
 
@@ -92,19 +73,6 @@ pub(crate) fn validate_owner(owner: &str) -> Result<(), InputError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_derived_value_is_made_once() {
-        let name = LockName::new("orders:42").unwrap();
-        let made = std::sync::atomic::AtomicUsize::new(0);
-        let make = |n: &str| {
-            made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            n.len()
-        };
-        assert_eq!(*name.derived(make), 9);
-        assert_eq!(*name.derived(make), 9);
-        assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 1);
-    }
 
     #[test]
     fn names_are_checked() {

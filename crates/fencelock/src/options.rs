@@ -15,6 +15,11 @@ pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// [`InputError::TimeoutTooLong`] rather than read as "no timeout".
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The default [`ClientOptions::fence_horizon`]: one day.
+pub const DEFAULT_FENCE_HORIZON: Duration = Duration::from_secs(24 * 3600);
+/// The longest [`ClientOptions::fence_horizon`]: ten years (of 365 days).
+pub const MAX_FENCE_HORIZON: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// Per-lock options.
 ///
 /// ```
@@ -94,6 +99,7 @@ pub struct ClientOptions {
     pub(crate) drift_factor: f64,
     pub(crate) drift_min: Duration,
     pub(crate) password: Option<Secret>,
+    pub(crate) fence_horizon: Duration,
 }
 
 impl Default for ClientOptions {
@@ -105,6 +111,7 @@ impl Default for ClientOptions {
             drift_factor: 0.01,
             drift_min: Duration::from_millis(2),
             password: None,
+            fence_horizon: DEFAULT_FENCE_HORIZON,
         }
     }
 }
@@ -162,8 +169,22 @@ impl ClientOptions {
         self
     }
 
+    /// Redis: how long a lock's fencing counter (`fencelock:{name}:fence`) lives after the last
+    /// token it issued. Default [`DEFAULT_FENCE_HORIZON`] (one day). Once it has expired, the
+    /// next token starts again from the server's clock in microseconds, which stays above every
+    /// earlier token as long as the server's clock never steps back by more than the horizon
+    /// (docs/SAFETY.md), so no key outlives its use by more than this. Whole milliseconds,
+    /// above zero and at most [`MAX_FENCE_HORIZON`]; checked when the client connects
+    /// ([`InputError::InvalidOption`]). ZooKeeper and etcd keep no counter (their tokens are
+    /// zxids and revisions) and leave nothing behind a free lock: there it changes nothing.
+    pub fn fence_horizon(mut self, horizon: Duration) -> Self {
+        self.fence_horizon = horizon;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), InputError> {
         validate_lease(self.default_lease)?;
+        validate_fence_horizon(self.fence_horizon)?;
         for (option, timeout) in [
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),
@@ -215,6 +236,21 @@ impl ClientOptions {
     pub(crate) fn request_bound(&self) -> Duration {
         self.connect_timeout.saturating_add(self.response_timeout)
     }
+}
+
+/// Checks a fencing counter's horizon: whole milliseconds in (0, [`MAX_FENCE_HORIZON`]].
+fn validate_fence_horizon(horizon: Duration) -> Result<(), InputError> {
+    let reason = if horizon.is_zero() || !horizon.subsec_nanos().is_multiple_of(1_000_000) {
+        "must be a whole number of milliseconds above zero"
+    } else if horizon > MAX_FENCE_HORIZON {
+        "must be at most 10 years"
+    } else {
+        return Ok(());
+    };
+    Err(InputError::InvalidOption {
+        option: "fence_horizon",
+        reason,
+    })
 }
 
 /// Checks `min_replica_acks`: at least one replica, a timeout of whole milliseconds.

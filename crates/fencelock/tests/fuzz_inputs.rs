@@ -235,16 +235,26 @@ fn names_are_accepted_exactly_as_documented_and_keep_their_hash_tag() {
             let (Ok(lock), Ok(())) = (name::LockName::new(&name), redis) else {
                 return Ok(());
             };
-            let keys = keys::LockKeys::of(&lock);
+            let keys = keys::LockKeys::of(&std::sync::Arc::new(lock));
             // Redis Cluster hashes the part between the first `{` and the next `}`: for every
-            // key of the lock that must be the name, so that all share one slot.
+            // key of the lock that must be the name, so that all share one slot. A command
+            // gets the key's text as one argument.
             for key in [
-                &keys.lock,
-                &keys.fence,
-                &keys.channel,
-                &keys.queue,
-                &keys.waiting,
+                keys.lock(),
+                keys.fence(),
+                keys.channel(),
+                keys.queue(),
+                keys.waiting(),
             ] {
+                let mut cmd = redis::cmd("GET");
+                cmd.arg(key);
+                let text = key.text();
+                let written = cmd.args_iter().nth(1);
+                prop_assert!(
+                    matches!(written, Some(redis::Arg::Simple(b)) if b == text.as_bytes())
+                );
+                prop_assert!(key.is(&text));
+                let key = text;
                 let open = key.find('{').expect("hash tag");
                 let close = open + 1 + key[open + 1..].find('}').expect("hash tag end");
                 prop_assert_eq!(&key[open + 1..close], name.as_str());

@@ -1,12 +1,15 @@
 //! What the scripts do with keys they did not write: a key of the wrong type is named and
 //! nothing is changed; fencing tokens stay exact up to 2^64 - 1 and never repeat (issue 9,
-//! items 8 and 9).
+//! items 8 and 9). No key lives forever: the fencing counter expires a horizon after its last
+//! token, and tokens keep increasing across its expiry (issue 27).
 #![cfg(feature = "redis")]
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
-use fencelock::{Error, Released};
+use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, Released};
 use fencelock_testkit::RedisServer;
 
 fn set_counter(server: &RedisServer, name: &str, value: &str) {
@@ -72,6 +75,9 @@ async fn tokens_reach_2_pow_64_minus_1_and_then_refuse_leaving_nothing() {
             !has_key(&server, "top"),
             "the failed acquire left the lock behind"
         );
+        // The acquire wrote the counter before it checked it (`SET ... GET`): it put the old
+        // value back.
+        assert_eq!(counter(&server, "top"), u64::MAX.to_string());
     }
     // A counter beyond the range, or not a number, is refused the same way.
     for bad in ["18446744073709551616", "99999999999999999999999", "12abc"] {
@@ -81,7 +87,13 @@ async fn tokens_reach_2_pow_64_minus_1_and_then_refuse_leaving_nothing() {
             "counter {bad} was accepted"
         );
         assert!(!has_key(&server, "top"));
+        assert_eq!(counter(&server, "top"), bad);
     }
+}
+
+fn counter(server: &RedisServer, name: &str) -> String {
+    let key = format!("fencelock:{{{name}}}:fence");
+    server.command(&["GET", &key]).unwrap().text().unwrap()
 }
 
 #[tokio::test]
@@ -168,4 +180,124 @@ async fn status_names_the_wrong_typed_key() {
             .unwrap();
     }
     assert!(lock.status().await.unwrap().held);
+}
+
+/// Keys on the server, and the TTL of each (ms; -1: none).
+fn keys_and_ttls(server: &RedisServer) -> Vec<(String, i64)> {
+    let keys = match server.command(&["KEYS", "*"]).unwrap() {
+        fencelock_testkit::Reply::Array(Some(keys)) => keys,
+        other => panic!("KEYS replied {other:?}"),
+    };
+    keys.iter()
+        .map(|k| {
+            let key = k.text().unwrap();
+            let ttl = server.command(&["PTTL", &key]).unwrap().int().unwrap();
+            (key, ttl)
+        })
+        .collect()
+}
+
+fn fenced(horizon_ms: u64) -> ClientOptions {
+    ClientOptions::default().fence_horizon(Duration::from_millis(horizon_ms))
+}
+
+/// The fencing counter expires a horizon after its last token; the next token starts again
+/// from the server's clock in µs, above every earlier one.
+#[tokio::test]
+async fn a_token_after_the_counters_horizon_is_above_every_earlier_one() {
+    let server = server();
+    let client = client_with(&server, fenced(300)).await;
+    let lock = client.lock("horizon");
+    let mut earlier = Vec::new();
+    for _ in 0..3 {
+        let guard = lock.acquire().await.unwrap();
+        earlier.push(guard.fencing_token());
+        guard.release().await.unwrap();
+    }
+    let ttl = server
+        .command(&["PTTL", "fencelock:{horizon}:fence"])
+        .unwrap()
+        .int()
+        .unwrap();
+    assert!(
+        0 < ttl && ttl <= 300,
+        "the counter's TTL is the horizon: {ttl}"
+    );
+    eventually(5.0, "the counter expired", || {
+        keys_and_ttls(&server).is_empty()
+    })
+    .await;
+    let guard = lock.acquire().await.unwrap();
+    let highest = earlier.iter().copied().max().unwrap();
+    assert!(
+        guard.fencing_token() > highest,
+        "{} <= {highest}",
+        guard.fencing_token()
+    );
+    guard.release().await.unwrap();
+}
+
+/// No key lives forever: after locks were taken, waited for (a queue), handed over and
+/// released, every key has a TTL, and none is left once the horizon has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_is_left_after_the_horizon() {
+    let server = server();
+    let holder = client_with(&server, fenced(1000)).await;
+    let waiter = client_with(&server, fenced(1000)).await;
+    for i in 0..5 {
+        let name = format!("order:{i}");
+        let guard = holder.lock(&name).acquire().await.unwrap();
+        // A waiter with a fixed lease of 500 ms: its place's window, and its queue keys' TTL.
+        let lock = waiter
+            .lock(&name)
+            .with_options(LockOptions::default().lease(Duration::from_millis(500)));
+        let task = tokio::spawn(async move { lock.acquire().await.unwrap() });
+        eventually(5.0, "the waiter took its place", || {
+            queue_len(&server, &name) == 1
+        })
+        .await;
+        guard.release().await.unwrap();
+        within(5.0, "handed over", task)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let left = keys_and_ttls(&server);
+    assert!(!left.is_empty());
+    assert!(
+        left.iter().all(|(_, ttl)| (0..=1000).contains(ttl)),
+        "every key expires within the horizon: {left:?}"
+    );
+    eventually(5.0, "no key left", || keys_and_ttls(&server).is_empty()).await;
+}
+
+/// A horizon that is zero, not whole milliseconds, or longer than ten years is refused when
+/// the client connects, with a typed error naming the option.
+#[tokio::test]
+async fn a_bad_fence_horizon_is_refused() {
+    let server = server();
+    for bad in [
+        Duration::ZERO,
+        Duration::from_micros(1500),
+        fencelock::MAX_FENCE_HORIZON + Duration::from_millis(1),
+        Duration::MAX,
+    ] {
+        let options = ClientOptions::default().fence_horizon(bad);
+        let refused = Client::connect_with(&server.url(), options).await;
+        assert!(
+            matches!(
+                refused,
+                Err(Error::InvalidInput(InputError::InvalidOption {
+                    option: "fence_horizon",
+                    ..
+                }))
+            ),
+            "{bad:?}: {:?}",
+            refused.map(|_| ())
+        );
+    }
+    let options = ClientOptions::default().fence_horizon(fencelock::MAX_FENCE_HORIZON);
+    Client::connect_with(&server.url(), options).await.unwrap();
 }

@@ -291,8 +291,8 @@ async fn an_uncontended_pair_runs_no_queue_command_and_publishes_nothing() {
     let lock = client.lock("alone");
     lock.acquire().await.unwrap().release().await.unwrap(); // scripts loaded
     let watched = [
-        "evalsha", "publish", "llen", "lpop", "hlen", "rpush", "pttl", "hmget", "hset", "get",
-        "set", "time", "pexpire", "del",
+        "evalsha", "publish", "llen", "lpop", "hlen", "rpush", "exists", "pttl", "hmget", "hset",
+        "get", "set", "time", "pexpire", "del",
     ];
     let before = calls(&server, &watched);
     for _ in 0..10 {
@@ -304,8 +304,9 @@ async fn an_uncontended_pair_runs_no_queue_command_and_publishes_nothing() {
         .map(|(a, b)| a - b)
         .collect();
     let per_pair: Vec<(&str, u64)> = watched.iter().copied().zip(ran).collect();
-    // Acquire: PTTL, the counter's GET and SET, TIME, HSET, PEXPIRE. Release: HMGET (the
-    // holder and the queue marker), DEL. Nobody waits: no queue command, no PUBLISH.
+    // Acquire: EXISTS (the lock and its queue), TIME, the counter's SET ... GET, HSET,
+    // PEXPIRE. Release: HMGET (the holder and the queue marker), DEL. Nobody waits: no queue
+    // command, no PUBLISH.
     let expected = [
         ("evalsha", 20),
         ("publish", 0),
@@ -313,10 +314,11 @@ async fn an_uncontended_pair_runs_no_queue_command_and_publishes_nothing() {
         ("lpop", 0),
         ("hlen", 0),
         ("rpush", 0),
-        ("pttl", 10),
+        ("exists", 10),
+        ("pttl", 0),
         ("hmget", 10),
         ("hset", 10),
-        ("get", 10),
+        ("get", 0),
         ("set", 10),
         ("time", 10),
         ("pexpire", 10),
@@ -738,4 +740,51 @@ async fn a_live_waiter_handed_over_renews_to_its_whole_lease() {
     .await;
     assert!(next.is_held());
     next.release().await.unwrap();
+}
+
+/// `holder` holds `name` while a waiter (fixed lease of 20 s: its place's window, renewed at
+/// half of it) is queued; the lock then expires silently, as when the holder's process
+/// stopped. Another client takes the free lock with an attempt that does not queue
+/// (`try_acquire`, or the first quick attempt of `acquire`) and releases it: the queued waiter
+/// is handed the lock at once, not 10 s later when its own timer runs out.
+async fn a_lock_taken_past_its_queue_is_handed_over(name: &str, try_acquire: bool) {
+    let server = server();
+    let holder = client(&server).await;
+    let _expires = holder.lock(name).acquire().await.unwrap();
+    let waiter = client(&server).await;
+    let lock = waiter
+        .lock(name)
+        .with_options(LockOptions::default().lease(Duration::from_secs(20)));
+    let task = tokio::spawn(async move { lock.acquire().await.unwrap() });
+    eventually(5.0, "the waiter took its place", || {
+        queue_len(&server, name) == 1
+    })
+    .await;
+    server
+        .command(&["PEXPIRE", &format!("fencelock:{{{name}}}"), "1"])
+        .unwrap();
+    eventually(5.0, "the lock expired", || !has_key(&server, name)).await;
+    let other = client(&server).await;
+    let lock = other.lock(name);
+    let guard = if try_acquire {
+        lock.try_acquire().await.unwrap().unwrap()
+    } else {
+        lock.acquire().await.unwrap()
+    };
+    guard.release().await.unwrap();
+    let next = within(2.0, "handed to the queued waiter at the release", task)
+        .await
+        .unwrap();
+    assert!(next.is_held());
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_past_its_queue_by_try_acquire_is_handed_over() {
+    a_lock_taken_past_its_queue_is_handed_over("past-try", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_past_its_queue_by_a_quick_attempt_is_handed_over() {
+    a_lock_taken_past_its_queue_is_handed_over("past-quick", false).await;
 }

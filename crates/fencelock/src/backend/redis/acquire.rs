@@ -31,7 +31,7 @@ pub(crate) struct Ask<'a> {
     /// The lock's name, which its holds keep.
     pub(crate) lock: &'a Arc<LockName>,
     /// Its keys.
-    pub(crate) keys: &'a Arc<LockKeys>,
+    pub(crate) keys: &'a LockKeys,
     pub(crate) owner: &'a Arc<str>,
     pub(crate) lease: Duration,
     /// The watchdog renews the lease (no explicit lease was given).
@@ -90,12 +90,12 @@ impl Ask<'_> {
             // The script ran to its end: the attempts given up that it carried are given
             // back. (An error may have stopped it before; they stay recorded.)
             let abandoned = &self.family.abandoned;
-            abandoned.settle(&self.keys.name, self.owner, &attempt.abandoned);
+            abandoned.settle(self.keys.name(), self.owner, &attempt.abandoned);
         }
         match reply {
             Ok(AcquireReply::Acquired { token, count }) => {
                 pending.armed = None;
-                tracing::debug!(lock = %self.keys.name, token, count, "acquired");
+                tracing::debug!(lock = %self.keys.name(), token, count, "acquired");
                 Ok(Attempted::Acquired(self.held(
                     id,
                     (sent, self.lease),
@@ -144,7 +144,7 @@ impl Ask<'_> {
             listener: queueing
                 .join
                 .map(|_| self.family.waiters.client_id().clone()),
-            abandoned: self.family.abandoned.pending(&self.keys.name, self.owner),
+            abandoned: self.family.abandoned.pending(self.keys.name(), self.owner),
         }
     }
 
@@ -154,9 +154,9 @@ impl Ask<'_> {
     async fn undo_minority(&self, id: u64) {
         let engine = &self.family.engine;
         if let Err(e) = engine.release(self.keys, self.owner, Some(id)).await {
-            tracing::debug!(lock = %self.keys.name, error = %e, "undoing a failed attempt");
+            tracing::debug!(lock = %self.keys.name(), error = %e, "undoing a failed attempt");
             let abandoned = &self.family.abandoned;
-            abandoned.add(&self.keys.name, self.owner, id, self.lease);
+            abandoned.add(self.keys.name(), self.owner, id, self.lease);
         }
     }
 
@@ -190,13 +190,15 @@ impl Ask<'_> {
     pub(crate) async fn until(&self, deadline: Option<(Instant, Duration)>) -> Result<Held> {
         let waiters = &self.family.waiters;
         let queues = self.family.engine.queues();
-        let channel = &self.keys.channel;
         // Queue behind this client's waiters instead of barging in. A caller that is not yet
         // subscribed to the lock's channel tries once first (an uncontended acquire costs one
         // round trip); one that is (a lock contended a moment ago) queues up at once, so that
-        // its first attempt can take a place in the server's queue too.
-        let queue_at_once =
-            waiters.has_waiters(channel) || (queues && waiters.is_subscribed(channel));
+        // its first attempt can take a place in the server's queue too. (The channel's name
+        // is only made when this client waits for some lock.)
+        let queue_at_once = !waiters.is_idle() && {
+            let channel = &self.keys.channel().text();
+            waiters.has_waiters(channel) || (queues && waiters.is_subscribed(channel))
+        };
         if !queue_at_once {
             if let Attempted::Acquired(held) =
                 self.once(rand::random(), Queueing::default()).await?
@@ -206,6 +208,7 @@ impl Ask<'_> {
         }
         // Boxed: only a contended acquire gets here, and joining may subscribe (a future of
         // kilobytes, which would otherwise be part of every acquire's).
+        let channel = &self.keys.channel().text();
         let joined = Box::pin(waiters.join(&self.family.engine, &self.ctx.background, channel));
         let ticket = match deadline {
             Some((at, _)) => tokio::time::timeout_at(at, joined)
@@ -252,7 +255,7 @@ impl Ask<'_> {
 
     fn timed_out(&self, deadline: Option<(Instant, Duration)>) -> Error {
         Error::Timeout {
-            lock: self.keys.name.clone(),
+            lock: self.keys.name().to_owned(),
             waited: deadline.map_or(Duration::ZERO, |(_, d)| d),
         }
     }
@@ -309,7 +312,7 @@ impl Waiting<'_> {
                         // handed to a waiter that died).
                         bound = bound.min(self.window / 2);
                     }
-                    tracing::trace!(lock = %self.ask.keys.name, ?bound, "held; waiting for a release");
+                    tracing::trace!(lock = %self.ask.keys.name(), ?bound, "held; waiting for a release");
                     self.wait(Some(bound)).await?;
                 }
             }
@@ -350,7 +353,7 @@ impl Waiting<'_> {
             return Ok(None);
         };
         let (ask, token) = (self.ask, grant.token);
-        tracing::debug!(lock = %ask.keys.name, token, grant.elapsed_ms, "handed over");
+        tracing::debug!(lock = %ask.keys.name(), token, grant.elapsed_ms, "handed over");
         crate::telemetry::handover();
         let (watchdog, elapsed) = (&ask.ctx.watchdog, Duration::from_millis(grant.elapsed_ms));
         let times = (

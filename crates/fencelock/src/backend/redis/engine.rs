@@ -46,7 +46,7 @@ impl Engine {
     /// is gone is left alone: [`Released::NotHeld`].
     pub(crate) async fn release(
         &self,
-        keys: &Arc<LockKeys>,
+        keys: &LockKeys,
         owner: &Arc<str>,
         hold: Option<u64>,
     ) -> Result<Released, Error> {
@@ -97,17 +97,14 @@ impl Engine {
         }
     }
 
-    pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
+    pub(crate) async fn status(&self, keys: &LockKeys) -> Result<RawStatus, Error> {
         match self {
             Engine::One(b) => b.status(keys).await,
             Engine::RedLock(r) => r.status(keys).await,
         }
     }
 
-    pub(crate) async fn force_unlock(
-        &self,
-        keys: &Arc<LockKeys>,
-    ) -> Result<Vec<(String, u64)>, Error> {
+    pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<Vec<(String, u64)>, Error> {
         match self {
             Engine::One(b) => b.force_unlock(keys).await,
             Engine::RedLock(r) => r.force_unlock(keys).await,

@@ -1,10 +1,11 @@
-//! The Redis family's keys and channel of a lock, derived from its name once per lock handle.
+//! The Redis family's keys and channel of a lock, derived from its name where a command names them.
 //!
 //! All share the hash tag `{name}`, so that one lock's keys live in one Cluster slot:
 //! - `fencelock:{name}`: hash `owner id -> hold ids` (space-separated attempt ids, oldest first;
 //!   the hold count is their number), `=token` (the holding's fencing token), and `=q` while the
 //!   wait queue may have places (a release looks at the queue only then). TTL: the lease.
-//! - `fencelock:{name}:fence`: the last fencing token issued; no TTL.
+//! - `fencelock:{name}:fence`: the last fencing token issued. TTL: the client's fence horizon,
+//!   from that token on (a new counter starts from the server's clock).
 //! - `fencelock:{name}:queue` (list of waiting owner ids, in arrival order) and
 //!   `fencelock:{name}:waiting` (hash `owner id -> "attempt window_ms since_us client"`): the wait
 //!   queue (not RedLock). Both expire with the newest place's window. `status.lua` reads them with
@@ -33,25 +34,80 @@ pub(crate) fn check_name(name: &str) -> Result<(), InputError> {
     Ok(())
 }
 
-/// A lock's name and the Redis keys and channel derived from it. Every key shares the hash
+/// A lock's name and the Redis keys and channel derived from it, each written straight into
+/// the command that names it (no string is made per operation). Every key shares the hash
 /// tag `{name}`, so that all of a lock's keys live in one Redis Cluster slot and a script may
 /// touch them together; the Redis family refuses names with braces, which would break the
 /// tag (other services accept them).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
-    /// The name as the user gave it.
-    pub(crate) name: String,
-    /// The hash: owner id -> hold ids, plus the reserved fields `=token` and `=q`.
-    pub(crate) lock: String,
-    /// The fencing counter. It has no TTL so that tokens keep increasing across holders.
-    pub(crate) fence: String,
-    /// The channel that carries release notifications and handovers (`=grant ...`).
-    pub(crate) channel: String,
-    /// The wait queue: owners in arrival order, handed the lock by the release script.
-    pub(crate) queue: String,
-    /// Each queued owner's place: `attempt window_ms since_us client`.
-    pub(crate) waiting: String,
+    name: Arc<LockName>,
 }
+
+/// One key (or channel) of a lock: `fencelock:{name}` followed by a suffix. An argument of a
+/// command as it is (`ToRedisArgs`), text where one is needed (`Display`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Key<'a> {
+    name: &'a str,
+    suffix: &'static str,
+}
+
+impl Key<'_> {
+    const PREFIX: &'static str = "fencelock:{";
+
+    /// The key as text, made in one allocation (where a string is needed: a channel to
+    /// subscribe to, an error).
+    pub(crate) fn text(&self) -> String {
+        let mut text =
+            String::with_capacity(Self::PREFIX.len() + self.name.len() + 1 + self.suffix.len());
+        text.push_str(Self::PREFIX);
+        text.push_str(self.name);
+        text.push('}');
+        text.push_str(self.suffix);
+        text
+    }
+
+    /// Whether `text` is this key.
+    pub(crate) fn is(&self, text: &str) -> bool {
+        text.strip_prefix(Self::PREFIX)
+            .and_then(|t| t.strip_prefix(self.name))
+            .and_then(|t| t.strip_prefix('}'))
+            == Some(self.suffix)
+    }
+}
+
+impl std::fmt::Display for Key<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}}}{}", Self::PREFIX, self.name, self.suffix)
+    }
+}
+
+impl redis::ToRedisArgs for Key<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        // Put together on the stack and written as one argument (a lock name has at most
+        // `MAX_NAME_LEN` bytes); a longer one, which no check let through, is made as text.
+        let mut buffer = [0u8; KEY_BUFFER];
+        let parts = [
+            Self::PREFIX.as_bytes(),
+            self.name.as_bytes(),
+            b"}",
+            self.suffix.as_bytes(),
+        ];
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > KEY_BUFFER {
+            return out.write_arg(self.text().as_bytes());
+        }
+        let mut at = 0;
+        for part in parts {
+            buffer[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        out.write_arg(&buffer[..len]);
+    }
+}
+
+/// Room for any key of a lock: the prefix, a name of `MAX_NAME_LEN` bytes, `}` and a suffix.
+const KEY_BUFFER: usize = crate::name::MAX_NAME_LEN + 32;
 
 /// The prefix of each client's own channel, followed by its client id: a forced unlock tells
 /// the holders' clients there (`=forced <lock key> <hold id> ...`). Not on a Redis Cluster,
@@ -64,21 +120,47 @@ pub(crate) fn client_channel(client_id: &str) -> String {
 }
 
 impl LockKeys {
-    fn new(name: &str) -> Self {
-        let lock = format!("fencelock:{{{name}}}");
-        Self {
-            name: name.to_owned(),
-            fence: format!("{lock}:fence"),
-            channel: format!("{lock}:released"),
-            queue: format!("{lock}:queue"),
-            waiting: format!("{lock}:waiting"),
-            lock,
+    /// The keys of lock `name` (they are derived where a command names them).
+    pub(crate) fn of(name: &Arc<LockName>) -> Self {
+        Self { name: name.clone() }
+    }
+
+    /// The name as the user gave it.
+    pub(crate) fn name(&self) -> &str {
+        &self.name.name
+    }
+
+    fn key(&self, suffix: &'static str) -> Key<'_> {
+        Key {
+            name: self.name(),
+            suffix,
         }
     }
 
-    /// The keys of lock `name`, made at the handle's first use and kept with it.
-    pub(crate) fn of(name: &LockName) -> Arc<Self> {
-        name.derived(Self::new)
+    /// The hash: owner id -> hold ids, plus the reserved fields `=token` and `=q`.
+    pub(crate) fn lock(&self) -> Key<'_> {
+        self.key("")
+    }
+
+    /// The fencing counter. It outlives the lock by a horizon, so that tokens keep increasing
+    /// across holders.
+    pub(crate) fn fence(&self) -> Key<'_> {
+        self.key(":fence")
+    }
+
+    /// The channel that carries release notifications and handovers (`=grant ...`).
+    pub(crate) fn channel(&self) -> Key<'_> {
+        self.key(":released")
+    }
+
+    /// The wait queue: owners in arrival order, handed the lock by the release script.
+    pub(crate) fn queue(&self) -> Key<'_> {
+        self.key(":queue")
+    }
+
+    /// Each queued owner's place: `attempt window_ms since_us client`.
+    pub(crate) fn waiting(&self) -> Key<'_> {
+        self.key(":waiting")
     }
 }
 
@@ -99,11 +181,21 @@ mod tests {
 
     #[test]
     fn keys_share_the_hash_tag() {
-        let keys = LockKeys::of(&LockName::new("orders:42").unwrap());
-        assert_eq!(keys.lock, "fencelock:{orders:42}");
-        assert_eq!(keys.fence, "fencelock:{orders:42}:fence");
-        assert_eq!(keys.channel, "fencelock:{orders:42}:released");
-        assert_eq!(keys.queue, "fencelock:{orders:42}:queue");
-        assert_eq!(keys.waiting, "fencelock:{orders:42}:waiting");
+        let keys = LockKeys::of(&Arc::new(LockName::new("orders:42").unwrap()));
+        assert_eq!(keys.lock().text(), "fencelock:{orders:42}");
+        assert_eq!(keys.fence().text(), "fencelock:{orders:42}:fence");
+        assert_eq!(keys.channel().text(), "fencelock:{orders:42}:released");
+        assert_eq!(keys.queue().text(), "fencelock:{orders:42}:queue");
+        assert_eq!(keys.waiting().text(), "fencelock:{orders:42}:waiting");
+        assert!(keys.lock().is("fencelock:{orders:42}"));
+        assert!(!keys.lock().is("fencelock:{orders:42}:fence"));
+        assert!(!keys.fence().is("fencelock:{orders:4}:fence"));
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(keys.fence());
+        let args: Vec<_> = cmd.args_iter().collect();
+        assert!(matches!(
+            args[1],
+            redis::Arg::Simple(b"fencelock:{orders:42}:fence")
+        ));
     }
 }

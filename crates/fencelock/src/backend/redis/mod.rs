@@ -118,22 +118,22 @@ impl RedisFamily {
     pub(crate) fn give_back_later(
         &self,
         ctx: &Ctx,
-        keys: &Arc<LockKeys>,
+        keys: &LockKeys,
         owner: &Arc<str>,
         id: u64,
         term: Duration,
     ) {
-        self.abandoned.add(&keys.name, owner, id, term);
+        self.abandoned.add(keys.name(), owner, id, term);
         let (engine, abandoned) = (self.engine.clone(), self.abandoned.clone());
         let (keys, owner) = (keys.clone(), owner.clone());
         ctx.background.finish(async move {
             match engine.release(&keys, &owner, Some(id)).await {
                 Ok(released) => {
-                    abandoned.settle(&keys.name, &owner, &[id]);
-                    tracing::debug!(lock = %keys.name, ?released, id, "background release");
+                    abandoned.settle(keys.name(), &owner, &[id]);
+                    tracing::debug!(lock = %keys.name(), ?released, id, "background release");
                 }
                 Err(e) => {
-                    tracing::warn!(lock = %keys.name, error = %e, "background release failed; the lease will expire")
+                    tracing::warn!(lock = %keys.name(), error = %e, "background release failed; the lease will expire")
                 }
             }
         });

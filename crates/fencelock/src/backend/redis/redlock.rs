@@ -287,7 +287,7 @@ impl RedLock {
         outcomes: Vec<ServerOutcome>,
     ) -> Error {
         Error::Quorum {
-            lock: keys.map(|k| k.name.clone()),
+            lock: keys.map(|k| k.name().to_owned()),
             operation: what,
             needed: self.quorum,
             source: Box::new(Outcomes(outcomes)),
@@ -356,7 +356,7 @@ impl RedLock {
         }
         if Instant::now() >= attempt.valid_until {
             // A majority granted it, but too late to be of use.
-            tracing::debug!(lock = %attempt.keys.name, "RedLock majority reached without validity left");
+            tracing::debug!(lock = %attempt.keys.name(), "RedLock majority reached without validity left");
             return Ok(AcquireReply::Held {
                 remaining: Some(Duration::ZERO),
                 undo: true,
@@ -420,7 +420,7 @@ impl RedLock {
 
     /// No majority granted: held elsewhere (wait for a release), too many failures (an error
     /// naming each server), or a split with competitors (back off and try again).
-    fn refused(&self, keys: &Arc<LockKeys>, mut tally: Tally) -> Result<AcquireReply, Error> {
+    fn refused(&self, keys: &LockKeys, mut tally: Tally) -> Result<AcquireReply, Error> {
         let n = self.servers.len();
         let unanswered = tally.replies.iter().any(Option::is_none);
         let undo = !tally.granted.is_empty() || tally.failed > 0 || unanswered;
@@ -499,7 +499,7 @@ impl RedLock {
     /// Releases on every server (also those that never answered the acquire).
     pub(crate) async fn release(
         &self,
-        keys: &Arc<LockKeys>,
+        keys: &LockKeys,
         owner: &Arc<str>,
         hold: Option<u64>,
     ) -> Result<Released, Error> {
@@ -694,7 +694,7 @@ impl RedLock {
     }
 
     /// The majority's view of a lock.
-    pub(crate) async fn status(&self, keys: &Arc<LockKeys>) -> Result<RawStatus, Error> {
+    pub(crate) async fn status(&self, keys: &LockKeys) -> Result<RawStatus, Error> {
         let results =
             futures_util::future::join_all(self.servers.iter().map(|s| s.status(keys))).await;
         let mut views = Vec::new();
@@ -742,10 +742,7 @@ impl RedLock {
     }
 
     /// Deletes the lock on every server.
-    pub(crate) async fn force_unlock(
-        &self,
-        keys: &Arc<LockKeys>,
-    ) -> Result<Vec<(String, u64)>, Error> {
+    pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<Vec<(String, u64)>, Error> {
         let results =
             futures_util::future::join_all(self.servers.iter().map(|s| s.force_unlock(keys))).await;
         let mut removed = Vec::new();

@@ -54,7 +54,7 @@ pub(crate) struct Queueing {
 /// One acquire attempt: who asks, for how long, and what it gives back first.
 #[derive(Debug, Clone)]
 pub(crate) struct Attempt {
-    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) keys: LockKeys,
     pub(crate) owner: Arc<str>,
     pub(crate) lease_ms: u64,
     /// The attempt's id, which names the hold it takes: releases, renewals and undos of that

@@ -97,7 +97,7 @@ impl WaitRegistry {
         };
         for lease in watchdog.leases() {
             let hold = &lease.hold;
-            if holds.contains(&hold.id) && LockKeys::of(&hold.lock).lock == key {
+            if holds.contains(&hold.id) && LockKeys::of(&hold.lock).lock().is(key) {
                 lease.fire_lost(LostReason::Deleted);
             }
         }
@@ -121,6 +121,12 @@ impl WaitRegistry {
 
     fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this client waits for no lock (and receives no lock's channel): then no
+    /// caller needs to queue up at once, whatever its lock.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.channels().is_empty()
     }
 
     /// Whether this client already has waiters for the channel (then a new caller queues up

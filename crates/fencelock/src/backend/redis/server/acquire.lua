@@ -1,43 +1,44 @@
--- Acquire or re-enter a lock in one round trip (after base.lua, tokens.lua, acquire_free.lua,
--- which read `pttl` and took a free lock in the common case, holds.lua and queue.lua).
--- KEYS[1]: the lock hash, KEYS[2]: the fencing counter (no TTL, outlives the lock),
--- KEYS[3]: the wait queue (owners in arrival order), KEYS[4]: the waiting owners
---          (owner -> 'attempt window_ms since_us client'); both given only when queueing or
---          when giving attempts back
+-- Acquire or re-enter a lock in one round trip (after acquire_free.lua, which took a free lock
+-- in the common case and read `pttl` otherwise, base.lua, tokens.lua, holds.lua and queue.lua).
+-- KEYS[1]: the lock hash, KEYS[2]: the fencing counter (outlives the lock: it expires a
+--          horizon after the last token it issued), KEYS[3]: the wait queue (owners in arrival
+--          order), KEYS[4]: the waiting owners (owner -> 'attempt window_ms since_us client')
 -- ARGV[1]: owner id, ARGV[2]: lease in ms, ARGV[3]: attempt id (this hold's id),
--- ARGV[4]: '' to base a new token on this server's clock, or a token proposed by the client
+-- ARGV[4]: the counter's horizon in ms (its TTL after each token it issues)
+-- ARGV[5]: '' to base a new token on this server's clock, or a token proposed by the client
 --          (RedLock: every server of a majority should issue the same token)
--- ARGV[5]: '' not to queue, or a place window in ms: when the lock is held, take (or renew)
+-- The arguments after ARGV[5] are given only when queueing, claiming or giving attempts back.
+-- ARGV[6]: '' not to queue, or a place window in ms: when the lock is held, take (or renew)
 --          a place in the wait queue, valid for that long from now (the caller is subscribed
 --          to the release channel and will be handed the lock, for one window from then,
 --          which its watchdog renews)
--- ARGV[6]: the attempt id of the caller's place in the queue, or '': a handover to it that the
+-- ARGV[7]: the attempt id of the caller's place in the queue, or '': a handover to it that the
 --          caller did not hear of (lost message) becomes this attempt's hold
--- ARGV[7]: the release channel, ARGV[8]: 'S' to publish with SPUBLISH
--- ARGV[9]: the caller's client id (given when queueing): a handover to the place it takes is
+-- ARGV[8]: the release channel, ARGV[9]: 'S' to publish with SPUBLISH
+-- ARGV[10]: the caller's client id (given when queueing): a handover to the place it takes is
 --          published on the release channel followed by ':<client id>', which only that
 --          client hears
--- ARGV[10...]: attempts of this owner that were given up (a lost reply, a dropped future): their
+-- ARGV[11...]: attempts of this owner that were given up (a lost reply, a dropped future): their
 --          holds and places are given back first, so that none counts as a re-entry of this one
 -- Returns {1, hold count, token} when acquired, {0, remaining lease in ms} when held by another.
 -- Sent again with the same attempt id, it changes nothing and gives the same answer.
-local proposal, window, claim = ARGV[4] or '', tonumber(ARGV[5] or ''), ARGV[6] or ''
+local proposal, window, claim = ARGV[5] or '', tonumber(ARGV[6] or ''), ARGV[7] or ''
 -- A proposed token means RedLock, whose servers keep no queue: release messages always go out.
 local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
-  channel = ARGV[7], sharded = ARGV[8] == 'S', always = proposal ~= ''}
+  channel = ARGV[8], sharded = ARGV[9] == 'S', always = proposal ~= '', horizon = ARGV[4]}
 local owner, attempt = ARGV[1], ARGV[3]
 local lease = tonumber(ARGV[2])
 local list, marked = false, false
-if pttl ~= -2 or #ARGV >= 10 then
+if pttl ~= -2 or #ARGV >= 11 then
   local fields = read('HMGET', k.lock, owner, QUEUED)
   list, marked = fields[1], fields[2]
 end
-if #ARGV >= 10 then
+if #ARGV >= 11 then
   -- Attempts this owner gave up go first; a holding they end may be handed over, and this
   -- attempt may then take a fresh token: the counter must be able to issue both. They may
   -- be places in the queue: look at the queue whatever the marker says.
   check_counter(k.fence)
-  for i = 10, #ARGV do
+  for i = 11, #ARGV do
     list = give_back(k, owner, list, ARGV[i], owner .. '#' .. ARGV[i], true) or list
     if list == '' then
       list = redis.call('HGET', k.lock, owner) -- ended: the lock may have been handed over
@@ -53,7 +54,7 @@ if list then
   if claim ~= '' and has(list, claim) then
     list = without(list, claim) -- the handover this caller missed: no second hold
   end
-  if k.queue then
+  if #ARGV >= 6 then -- an attempt that may hold a place re-enters: it leaves the queue
     queue_length(k)
     leave_queue(k, owner)
   end
@@ -77,7 +78,7 @@ if pttl ~= -2 then
     -- The place counts from now: it is handed the lock only within its window, and the
     -- handover says how long after now it came, which the caller adds to when it sent this
     -- request.
-    local place = attempt .. ' ' .. ARGV[5] .. ' ' .. now_us() .. ' ' .. ARGV[9]
+    local place = attempt .. ' ' .. ARGV[6] .. ' ' .. now_us() .. ' ' .. ARGV[10]
     redis.call('HSET', k.waiting, owner, place)
     for _, key in ipairs({k.queue, k.waiting}) do
       if redis.call('PTTL', key) < window then
@@ -88,14 +89,13 @@ if pttl ~= -2 then
   return {0, pttl}
 end
 local token = plan_token(k.fence, (proposal ~= '' and proposal) or now_us())
-local others = 0
-if k.queue then
-  others = queue_length(k)
-  if leave_queue(k, owner) then
-    others = others - 1
-  end
+-- A free lock whose queue has places (acquire_free.lua came here): marked below, so that
+-- its release hands it over.
+local others = queue_length(k)
+if leave_queue(k, owner) then
+  others = others - 1
 end
-redis.call('SET', k.fence, token)
+redis.call('SET', k.fence, token, 'PX', k.horizon)
 if others > 0 then
   redis.call('HSET', k.lock, owner, attempt, '=token', token, QUEUED, '1')
 else

@@ -1,13 +1,35 @@
--- The acquire script's common case (after base.lua and tokens.lua, before the other parts
--- are defined, see base.lua): a free lock, taken by an attempt that neither queues nor gives
--- anything back (no queue keys, no ARGV[10...]; see acquire.lua for the arguments). It reads
--- `pttl`, which acquire.lua goes on with in every other case.
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl == -2 and not KEYS[3] and #ARGV < 10 then
-  local proposal = ARGV[4] or ''
-  local token = plan_token(KEYS[2], (proposal ~= '' and proposal) or now_us())
-  redis.call('SET', KEYS[2], token)
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], '=token', token)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, 1, token}
+-- The acquire script's common case, its first part (before any function is defined: a
+-- definition costs the server at every call, see base.lua): a free lock with nobody queued,
+-- taken by an attempt that neither queues nor gives anything back (at most ARGV[5]; see
+-- acquire.lua for the arguments). One EXISTS tells both: neither the lock nor its wait queue
+-- is there. A free lock whose queue still has places (its holder's lease ran out while
+-- others waited) goes on to acquire.lua, which marks the lock, so that its release hands it
+-- to the first place.
+--
+-- The token is `max(last + 1, floor)` (tokens.lua), where the floor is the server's clock in
+-- µs or RedLock's proposal. In the common case the floor is above the counter: one
+-- `SET ... GET` writes it and returns the last token, which shows that it was. This is the
+-- one write before a check ("check everything before any write", base.lua, is relaxed here):
+-- when the counter was not below the floor (ahead of the clock, not a number), the old value
+-- is put back at once, and acquire.lua works the token out from it. Either way the counter
+-- never holds less than it did, and nothing else has changed: a script that fails afterwards
+-- leaves only the counter's TTL renewed. A counter of the wrong type is not written (SET
+-- ... GET refuses it) and acquire.lua names it.
+if #ARGV < 6 and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  local floor = ARGV[5]
+  if not floor or floor == '' then
+    local now = redis.call('TIME')
+    floor = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  end
+  local last = redis.pcall('SET', KEYS[2], floor, 'PX', ARGV[4], 'GET')
+  if not last or (type(last) == 'string' and not string.find(last, '%D')
+      and (#last < #floor or (#last == #floor and last < floor))) then
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], '=token', floor)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, 1, floor}
+  end
+  if type(last) == 'string' then
+    redis.call('SET', KEYS[2], last, 'PX', ARGV[4])
+  end
 end
+local pttl = redis.call('PTTL', KEYS[1])

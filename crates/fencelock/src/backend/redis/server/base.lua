@@ -1,17 +1,19 @@
--- The first part of every lock script: what a lock is, and the helpers even a script's
--- common case needs. The other parts (holds.lua, tokens.lua, queue.lua) follow, each after
--- the parts it uses (queue.lua last); scripts.rs lists each script's parts.
+-- The first part of every lock script (after the part of its common case that defines
+-- nothing, if it has one): what a lock is, and the helpers every other part needs. The other
+-- parts (holds.lua, tokens.lua, queue.lua) follow, each after the parts it uses (queue.lua
+-- last); scripts.rs lists each script's parts.
 --
 -- A lock is a hash. Its holder's field lists the holds it has, one attempt id per hold
 -- (space-separated, oldest first): a release, renewal or undo names the hold it belongs to,
 -- and does nothing when that hold is gone. '=token' is the holding's fencing token.
 -- Every script reads (and so type-checks) each key, and checks the fencing counter, before
--- it changes anything: a script that fails leaves no partial change behind.
+-- it changes anything: a script that fails leaves no partial change behind. The one
+-- exception is the counter's `SET ... GET` in acquire_free.lua, which says why it is harmless.
 --
 -- Defining a Lua function costs the server at every call of a script (a script's body runs
 -- whole each time). So the common cases, a free lock taken and a lone hold given back, run
--- before the rest of the helpers are defined (acquire_free.lua, release_last.lua), and a
--- script includes only the parts it needs.
+-- before any helper is defined (acquire_free.lua, release_last.lua, the first parts of their
+-- scripts), and a script includes only the parts it needs.
 
 -- Fails the script with an error that names `key`.
 local function fail(key, what)

@@ -71,7 +71,7 @@ impl Lent {
             Lent::Cluster(conn) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(conn::slot(&keys.lock), SlotAddr::Master),
+                    Route::new(conn::slot(keys.name()), SlotAddr::Master),
                 ));
                 redis::from_redis_value(conn.route_command(cmd, route).await?)
                     .map_err(RedisError::from)
@@ -125,7 +125,7 @@ impl RedisBackend {
         tokio::time::timeout(bound, request)
             .await
             .map_err(|_| Error::Unavailable {
-                lock: lock.map(|k| k.name.clone()),
+                lock: lock.map(|k| k.name().to_owned()),
                 server: self.server.clone(),
                 detail: format!("no reply within {bound:?}"),
             })
@@ -311,14 +311,14 @@ impl RedisBackend {
 
     pub(super) fn protocol(&self, keys: &LockKeys, detail: &str) -> Error {
         Error::Protocol {
-            lock: Some(keys.name.clone()),
+            lock: Some(keys.name().to_owned()),
             server: self.server.clone(),
             detail: detail.to_owned(),
         }
     }
 
     pub(super) fn error(&self, keys: Option<&LockKeys>, e: RedisError) -> Error {
-        let lock = keys.map(|k| k.name.clone());
+        let lock = keys.map(|k| k.name().to_owned());
         if denied(&e) {
             return Error::Denied {
                 lock,
@@ -341,19 +341,19 @@ impl RedisBackend {
         if let Some(keys) = keys {
             if e.code() == Some("WRONGTYPE") || detail.contains("WRONGTYPE") {
                 // The scripts name the key; plain commands touch only the lock key.
-                let named = [&keys.fence, &keys.queue, &keys.waiting]
+                let named = [keys.fence(), keys.queue(), keys.waiting()]
                     .into_iter()
-                    .find(|k| detail.contains(k.as_str()));
+                    .find(|k| detail.contains(&k.text()));
                 return Error::WrongType {
-                    lock: keys.name.clone(),
-                    key: named.unwrap_or(&keys.lock).clone(),
+                    lock: keys.name().to_owned(),
+                    key: named.unwrap_or(keys.lock()).text(),
                     server: self.server.clone(),
                     detail,
                 };
             }
             if e.code() == Some("FENCE") || detail.starts_with("FENCE") {
                 return Error::FencingExhausted {
-                    lock: keys.name.clone(),
+                    lock: keys.name().to_owned(),
                     server: self.server.clone(),
                     detail,
                 };

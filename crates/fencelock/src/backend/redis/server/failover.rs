@@ -47,7 +47,7 @@ impl RedisBackend {
         }
         let released = &sentinel.released;
         released.note_lease(Duration::from_millis(attempt.lease_ms));
-        let (stale, switches) = released.stale(&keys.name, &attempt.owner);
+        let (stale, switches) = released.stale(keys.name(), &attempt.owner);
         Ok(Before { stale, switches })
     }
 
@@ -62,12 +62,12 @@ impl RedisBackend {
         };
         let (keys, owner) = (&attempt.keys, &attempt.owner);
         let released = &sentinel.released;
-        released.settle(&keys.name, owner, &before.stale);
+        released.settle(keys.name(), owner, &before.stale);
         for &id in &attempt.abandoned {
-            released.note(&keys.name, owner, id, before.switches);
+            released.note(keys.name(), owner, id, before.switches);
         }
         if before.switches != released.switches() {
-            let (stale, _) = released.stale(&keys.name, owner);
+            let (stale, _) = released.stale(keys.name(), owner);
             let late: Vec<u64> = stale
                 .into_iter()
                 .filter(|id| !before.stale.contains(id))
@@ -83,8 +83,8 @@ impl RedisBackend {
         };
         for &id in ids {
             match self.release_call(keys, owner, Some(id), None).await {
-                Ok(_) => sentinel.released.settle(&keys.name, owner, &[id]),
-                Err(e) => tracing::debug!(lock = %keys.name, error = %e, id,
+                Ok(_) => sentinel.released.settle(keys.name(), owner, &[id]),
+                Err(e) => tracing::debug!(lock = %keys.name(), error = %e, id,
                     "a hold released on the old master is given back at the next attempt"),
             }
         }
@@ -95,7 +95,7 @@ impl RedisBackend {
     pub(super) fn after_release(&self, keys: &LockKeys, owner: &str, id: u64, switches: u64) {
         if let Some(sentinel) = self.sentinel() {
             let owner = Arc::from(owner);
-            sentinel.released.note(&keys.name, &owner, id, switches);
+            sentinel.released.note(keys.name(), &owner, id, switches);
         }
     }
 

@@ -32,6 +32,8 @@ pub(crate) struct RedisBackend {
     conn: Conn,
     server: String,
     request_bound: Duration,
+    /// How long a lock's fencing counter lives after its last token, in ms (as an argument).
+    horizon_ms: u64,
 }
 
 impl RedisBackend {
@@ -60,6 +62,7 @@ impl RedisBackend {
             server: node.server.clone(),
             conn: Conn::Master(Master::Plain(Arc::new(node))),
             request_bound: options.request_bound(),
+            horizon_ms: options.fence_horizon.as_millis() as u64,
         })
     }
 
@@ -134,6 +137,7 @@ impl RedisBackend {
             conn,
             server,
             request_bound: bound,
+            horizon_ms: options.fence_horizon.as_millis() as u64,
         };
         let warnings = backend.check_eviction_policy().await?;
         backend.preload_scripts().await;
@@ -228,9 +232,9 @@ impl RedisBackend {
         }
     }
 
-    /// The acquire script's call. Keys and trailing arguments the script does not need are
-    /// left out: every one costs the server. The queue's keys are only touched when queueing
-    /// or giving attempts back (`attempt.abandoned`, and `stale`: see `before_acquire`).
+    /// The acquire script's call. Trailing arguments the script does not need are left out:
+    /// every one costs the server. They are given only when queueing or giving attempts back
+    /// (`attempt.abandoned`, and `stale`: see `before_acquire`).
     fn acquire_call(&self, attempt: &Attempt, proposal: Option<u64>, stale: &[u64]) -> redis::Cmd {
         let keys = &attempt.keys;
         let queueing = attempt.queueing;
@@ -238,14 +242,16 @@ impl RedisBackend {
             || queueing.claim.is_some()
             || !attempt.abandoned.is_empty()
             || !stale.is_empty();
-        let mut call = evalsha(&scripts().acquire, if full { 4 } else { 2 });
-        call.arg(&keys.lock).arg(&keys.fence);
-        if full {
-            call.arg(&keys.queue).arg(&keys.waiting);
-        }
+        // The queue's keys always: a free lock whose queue has places is marked for a handover.
+        let mut call = evalsha(&scripts().acquire, 4);
+        call.arg(keys.lock())
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.waiting());
         call.arg(&*attempt.owner)
             .arg(attempt.lease_ms)
-            .arg(attempt.id);
+            .arg(attempt.id)
+            .arg(self.horizon_ms);
         if proposal.is_some() || full {
             call.arg(proposal.map(|t| t.to_string()).unwrap_or_default());
         }
@@ -253,7 +259,7 @@ impl RedisBackend {
             let window = queueing.join.map(|w| w.as_millis().to_string());
             call.arg(window.unwrap_or_default())
                 .arg(queueing.claim.map(|c| c.to_string()).unwrap_or_default())
-                .arg(&keys.channel)
+                .arg(keys.channel())
                 .arg(self.publish_mode())
                 .arg(attempt.listener.as_deref().unwrap_or(""))
                 .arg(&attempt.abandoned[..])
@@ -289,7 +295,7 @@ impl RedisBackend {
         // Not replicated in time: a failover now could lose it. Give it back.
         let _ = self.release(keys, owner, Some(hold), None).await;
         Err(Error::ReplicaAcks {
-            lock: keys.name.clone(),
+            lock: keys.name().to_owned(),
             server: self.server.clone(),
             acked: acked.max(0) as u32,
             needed: acks.replicas,
@@ -333,16 +339,17 @@ impl RedisBackend {
     ) -> Result<Released, Error> {
         let script = &scripts().release;
         let mut call = evalsha(script, 4);
-        call.arg(&keys.lock)
-            .arg(&keys.fence)
-            .arg(&keys.queue)
-            .arg(&keys.waiting)
+        call.arg(keys.lock())
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.waiting())
             .arg(owner)
-            .arg(&keys.channel);
+            .arg(keys.channel());
         match hold {
             Some(id) => call.arg(id),
             None => call.arg(""),
         };
+        call.arg(self.horizon_ms);
         // Arguments the script does not need are left out: every one costs the server.
         match (message, self.publish_mode()) {
             (None, "") => {}
@@ -373,7 +380,11 @@ impl RedisBackend {
     ) -> Result<(), Error> {
         let script = &scripts().raise_fence;
         let mut call = evalsha(script, 2);
-        call.arg(&keys.lock).arg(&keys.fence).arg(owner).arg(token);
+        call.arg(keys.lock())
+            .arg(keys.fence())
+            .arg(owner)
+            .arg(token)
+            .arg(self.horizon_ms);
         let _: i64 = self.run(keys, script, &call).await?;
         Ok(())
     }
@@ -396,7 +407,7 @@ impl RedisBackend {
     fn extend_call(hold: &LeaseState, lease_ms: u64) -> redis::Cmd {
         let hold = &hold.hold;
         let mut call = evalsha(&scripts().extend, 1);
-        call.arg(&LockKeys::of(&hold.lock).lock)
+        call.arg(LockKeys::of(&hold.lock).lock())
             .arg(&*hold.owner)
             .arg(lease_ms)
             .arg(hold.id);
@@ -512,10 +523,10 @@ impl RedisBackend {
     pub(crate) async fn status(&self, keys: &LockKeys) -> Result<RawStatus, Error> {
         let script = &scripts().status;
         let mut call = evalsha(script, 4);
-        call.arg(&keys.lock)
-            .arg(&keys.fence)
-            .arg(&keys.queue)
-            .arg(&keys.waiting);
+        call.arg(keys.lock())
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.waiting());
         let reply: Vec<Value> = self.run(keys, script, &call).await?;
         scripts::parse_status(&reply).map_err(|detail| self.protocol(keys, &detail))
     }
@@ -524,10 +535,10 @@ impl RedisBackend {
     pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<Vec<(String, u64)>, Error> {
         let script = &scripts().force_unlock;
         let mut call = evalsha(script, 3);
-        call.arg(&keys.lock)
-            .arg(&keys.queue)
-            .arg(&keys.waiting)
-            .arg(&keys.channel)
+        call.arg(keys.lock())
+            .arg(keys.queue())
+            .arg(keys.waiting())
+            .arg(keys.channel())
             .arg(self.publish_mode())
             .arg(if self.hears_clients() {
                 CLIENT_CHANNELS

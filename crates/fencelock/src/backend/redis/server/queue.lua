@@ -69,7 +69,7 @@ local function end_holding(k, queued, message, now, token)
     if attempt then
       local left = math.floor((tonumber(since) + tonumber(window) * 1000 - tonumber(now)) / 1000)
       if left >= 2 then
-        redis.call('SET', k.fence, token)
+        redis.call('SET', k.fence, token, 'PX', k.horizon)
         local elapsed = math.max(math.floor((tonumber(now) - tonumber(since)) / 1000), 0)
         if left_in_queue > 0 then
           redis.call('HSET', k.lock, next, attempt, '=token', token, QUEUED, '1')

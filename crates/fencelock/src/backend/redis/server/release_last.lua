@@ -1,12 +1,13 @@
--- The release script's common case (after base.lua, before the other parts are defined, see
+-- The release script's common case, its first part (before any function is defined, see
 -- base.lua): the owner's only hold given back, with nobody queued (no '=q' marker), so the
 -- lock is deleted and handed to nobody (see release.lua for the arguments). It reads
--- `fields` (the owner's holds and the marker), which release.lua goes on with otherwise.
-local fields = read('HMGET', KEYS[1], ARGV[1], QUEUED)
+-- `fields` (the owner's holds and the marker), which release.lua goes on with otherwise; a
+-- lock of the wrong type fails there, named.
+local fields = redis.pcall('HMGET', KEYS[1], ARGV[1], '=q')
 if ARGV[3] ~= '' and fields[1] == ARGV[3] and not fields[2] then
   redis.call('DEL', KEYS[1])
-  if ARGV[4] and ARGV[4] ~= '' then
-    publish(ARGV[2], ARGV[5] == 'S', ARGV[4]) -- RedLock: every release is announced
+  if ARGV[5] and ARGV[5] ~= '' then -- RedLock: every release is announced
+    redis.call(ARGV[6] == 'S' and 'SPUBLISH' or 'PUBLISH', ARGV[2], ARGV[5])
   end
   return 0
 end

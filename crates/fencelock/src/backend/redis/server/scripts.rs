@@ -48,16 +48,16 @@ pub(super) fn scripts() -> &'static Scripts {
     static SCRIPTS: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
         acquire: lua!(
+            "acquire_free",
             "base",
             "tokens",
-            "acquire_free",
             "holds",
             "queue",
             "acquire"
         ),
         release: lua!(
-            "base",
             "release_last",
+            "base",
             "holds",
             "tokens",
             "queue",
