@@ -99,7 +99,7 @@ pub struct ClientOptions {
     pub(crate) drift_factor: f64,
     pub(crate) drift_min: Duration,
     pub(crate) password: Option<Secret>,
-    pub(crate) fence_horizon: Duration,
+    pub(crate) fence_horizon: Option<Duration>,
 }
 
 impl Default for ClientOptions {
@@ -111,7 +111,7 @@ impl Default for ClientOptions {
             drift_factor: 0.01,
             drift_min: Duration::from_millis(2),
             password: None,
-            fence_horizon: DEFAULT_FENCE_HORIZON,
+            fence_horizon: None,
         }
     }
 }
@@ -176,15 +176,24 @@ impl ClientOptions {
     /// (docs/SAFETY.md), so no key outlives its use by more than this. Whole milliseconds,
     /// above zero and at most [`MAX_FENCE_HORIZON`]; checked when the client connects
     /// ([`InputError::InvalidOption`]). ZooKeeper and etcd keep no counter (their tokens are
-    /// zxids and revisions) and leave nothing behind a free lock: there it changes nothing.
+    /// zxids and revisions) and leave nothing behind a free lock: a client of theirs refuses
+    /// this option ([`InputError::InvalidOption`]) rather than ignore it.
     pub fn fence_horizon(mut self, horizon: Duration) -> Self {
-        self.fence_horizon = horizon;
+        self.fence_horizon = Some(horizon);
         self
+    }
+
+    /// The fencing counter's horizon: the one set, or [`DEFAULT_FENCE_HORIZON`].
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn fence_horizon_or_default(&self) -> Duration {
+        self.fence_horizon.unwrap_or(DEFAULT_FENCE_HORIZON)
     }
 
     pub(crate) fn validate(&self) -> Result<(), InputError> {
         validate_lease(self.default_lease)?;
-        validate_fence_horizon(self.fence_horizon)?;
+        if let Some(horizon) = self.fence_horizon {
+            validate_fence_horizon(horizon)?;
+        }
         for (option, timeout) in [
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),

@@ -44,6 +44,9 @@ struct Caps {
     /// `LockOptions::lease` (a fixed lease, no watchdog) works; otherwise
     /// `InputError::InvalidOption { option: "lease" }`.
     fixed_lease: bool,
+    /// Keeps a fencing counter per lock (Redis), whose horizon `ClientOptions::fence_horizon`
+    /// sets; the others refuse that option at connect.
+    fence_counter: bool,
     /// `LockOptions::min_replica_acks` is understood (it may still fail at run time without
     /// replicas); otherwise `InputError::InvalidOption { option: "min_replica_acks" }`.
     replica_acks: bool,
@@ -87,6 +90,7 @@ struct Caps {
 const REDIS: Caps = Caps {
     extend: true,
     fixed_lease: true,
+    fence_counter: true,
     replica_acks: true,
     brace_names_refused: true,
     slash_names_refused: false,
@@ -543,6 +547,7 @@ mod zk {
     const ZOOKEEPER: Caps = Caps {
         extend: false,
         fixed_lease: false,
+        fence_counter: false,
         replica_acks: false,
         // Braces are a Redis rule (the keys' hash tag); ZooKeeper paths may hold them.
         brace_names_refused: false,
@@ -736,6 +741,7 @@ mod etcd {
     const ETCD: Caps = Caps {
         extend: false,
         fixed_lease: false,
+        fence_counter: false,
         replica_acks: false,
         brace_names_refused: false,
         slash_names_refused: true,
@@ -1376,11 +1382,14 @@ async fn bad_input_is_refused_before_any_io(d: &dyn Deployment) {
             )
         }));
     }
-    let bad_options = [
+    let mut bad_options = vec![
         lease(0),
         ClientOptions::default().default_lease(Duration::from_micros(500)),
         ClientOptions::default().default_lease(Duration::from_micros(1_500_500)),
     ];
+    if !caps.fence_counter {
+        bad_options.push(ClientOptions::default().fence_horizon(Duration::from_secs(3600)));
+    }
 
     let paused = Paused::new(d);
     within(5.0, "refusals while the servers are stopped", async {

@@ -191,6 +191,14 @@ impl<S: SessionLocks> SessionService<S> {
         options: &ClientOptions,
         background: &Background,
     ) -> Result<Connected, Error> {
+        if options.fence_horizon.is_some() {
+            return Err(InputError::InvalidOption {
+                option: "fence_horizon",
+                reason: "a Redis option: ZooKeeper and etcd keep no fencing counter (their \
+                         tokens are zxids and revisions, kept by the server)",
+            }
+            .into());
+        }
         let opening = Opening {
             target,
             options: options.clone(),

@@ -62,7 +62,7 @@ impl RedisBackend {
             server: node.server.clone(),
             conn: Conn::Master(Master::Plain(Arc::new(node))),
             request_bound: options.request_bound(),
-            horizon_ms: options.fence_horizon.as_millis() as u64,
+            horizon_ms: options.fence_horizon_or_default().as_millis() as u64,
         })
     }
 
@@ -137,7 +137,7 @@ impl RedisBackend {
             conn,
             server,
             request_bound: bound,
-            horizon_ms: options.fence_horizon.as_millis() as u64,
+            horizon_ms: options.fence_horizon_or_default().as_millis() as u64,
         };
         let warnings = backend.check_eviction_policy().await?;
         backend.preload_scripts().await;
