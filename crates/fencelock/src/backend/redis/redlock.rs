@@ -181,6 +181,64 @@ impl Tally {
     }
 }
 
+/// What the servers answered a release so far.
+#[derive(Default)]
+struct ReleaseTally {
+    answered: usize,
+    /// Servers that still had the hold (and gave it back, or one of its re-entries).
+    held: usize,
+    still_held: u64,
+    failed: Vec<ServerOutcome>,
+}
+
+impl ReleaseTally {
+    fn count(&mut self, server: &str, result: Result<Released, Error>) {
+        self.answered += 1;
+        match result {
+            Ok(Released::Released) => self.held += 1,
+            Ok(Released::StillHeld { count }) => {
+                self.held += 1;
+                self.still_held = self.still_held.max(count);
+            }
+            Ok(_) => {}
+            Err(e) => self.failed.push(ServerOutcome::Failed {
+                server: server.to_owned(),
+                error: e.to_string(),
+            }),
+        }
+    }
+
+    fn answers(&self) -> usize {
+        self.answered - self.failed.len()
+    }
+
+    /// Decided once a majority gave the hold back, or once no majority can have held it.
+    fn decided(&self, n: usize, quorum: usize) -> bool {
+        let out_of_reach = self.held + (n - self.answered) < quorum;
+        self.held >= quorum || (out_of_reach && self.answers() >= quorum)
+    }
+
+    /// The release's result, or each failure when too few servers answered. A hold found on
+    /// fewer than a majority was lost before this release (its lease ran out on the others,
+    /// and another owner may have held a majority since): `NotHeld`, though its last copies
+    /// are deleted all the same.
+    fn released(self, quorum: usize) -> Result<Released, Vec<ServerOutcome>> {
+        if self.held >= quorum {
+            Ok(if self.still_held > 0 {
+                Released::StillHeld {
+                    count: self.still_held,
+                }
+            } else {
+                Released::Released
+            })
+        } else if self.answers() >= quorum {
+            Ok(Released::NotHeld)
+        } else {
+            Err(self.failed)
+        }
+    }
+}
+
 /// The holding's token: the one a majority of the servers holding the lock agree on (it was
 /// written back to a majority before the acquisition counted). A server whose grant came
 /// after the majority's may have issued a higher one; without a majority, the highest.
@@ -521,32 +579,12 @@ impl RedLock {
                 s.release(&keys, &owner, hold, Some(&message)).await
             }
         });
-        let mut outcomes = Vec::new();
-        let n = self.servers.len();
-        let (mut answered, mut held, mut still_held, mut failed) = (0, 0, 0u64, 0);
+        let mut tally = ReleaseTally::default();
         while let Some((i, result)) = pending.next().await {
-            answered += 1;
-            let server = self.servers[i].server().to_owned();
-            match result {
-                Ok(Released::Released) => held += 1,
-                Ok(Released::StillHeld { count }) => {
-                    held += 1;
-                    still_held = still_held.max(count);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    failed += 1;
-                    outcomes.push(ServerOutcome::Failed {
-                        server,
-                        error: e.to_string(),
-                    });
-                }
-            }
-            // Decided once a majority gave the hold back, or once no majority can have held
-            // it: the rest runs on in the background (a paused server runs it when it
+            tally.count(self.servers[i].server(), result);
+            // Decided: the rest runs on in the background (a paused server runs it when it
             // resumes).
-            let out_of_reach = held + (n - answered) < self.quorum;
-            if held >= self.quorum || (out_of_reach && answered - failed >= self.quorum) {
+            if tally.decided(self.servers.len(), self.quorum) {
                 break;
             }
         }
@@ -564,20 +602,9 @@ impl RedLock {
                     .await;
             });
         }
-        // A hold found on fewer than a majority was lost before this release (its lease ran
-        // out on the others, and another owner may have held a majority since): `NotHeld`,
-        // though its last copies are deleted all the same.
-        if held >= self.quorum {
-            Ok(if still_held > 0 {
-                Released::StillHeld { count: still_held }
-            } else {
-                Released::Released
-            })
-        } else if answered - failed >= self.quorum {
-            Ok(Released::NotHeld)
-        } else {
-            Err(self.quorum_error(Some(keys), "release", outcomes))
-        }
+        tally
+            .released(self.quorum)
+            .map_err(|outcomes| self.quorum_error(Some(keys), "release", outcomes))
     }
 
     /// Renews on every server; a lease counts as renewed once a majority renewed it.
