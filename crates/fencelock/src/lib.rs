@@ -51,7 +51,7 @@ pub use lock::{Contended, Lock};
 pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};
 pub use options::{
     ClientOptions, LockOptions, DEFAULT_FENCE_HORIZON, MAX_FENCE_HORIZON, MAX_LEASE, MAX_TIMEOUT,
-    MIN_LEASE,
+    MIN_FENCE_HORIZON, MIN_LEASE,
 };
 pub use redact::redact_url;
 pub use status::{LockStatus, Waiter};

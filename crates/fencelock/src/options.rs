@@ -17,6 +17,10 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The default [`ClientOptions::fence_horizon`]: one day.
 pub const DEFAULT_FENCE_HORIZON: Duration = Duration::from_secs(24 * 3600);
+/// The shortest [`ClientOptions::fence_horizon`]: one second. Tokens stay increasing across a
+/// counter's expiry only while clocks agree within the horizon (docs/SAFETY.md), so it is
+/// never shorter than the clock differences of NTP-synchronised hosts.
+pub const MIN_FENCE_HORIZON: Duration = Duration::from_secs(1);
 /// The longest [`ClientOptions::fence_horizon`]: ten years (of 365 days).
 pub const MAX_FENCE_HORIZON: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
@@ -174,7 +178,7 @@ impl ClientOptions {
     /// next token starts again from the server's clock in microseconds, which stays above every
     /// earlier token as long as the server's clock never steps back by more than the horizon
     /// (docs/SAFETY.md), so no key outlives its use by more than this. Whole milliseconds,
-    /// above zero and at most [`MAX_FENCE_HORIZON`]; checked when the client connects
+    /// from [`MIN_FENCE_HORIZON`] to [`MAX_FENCE_HORIZON`]; checked when the client connects
     /// ([`InputError::InvalidOption`]). ZooKeeper and etcd keep no counter (their tokens are
     /// zxids and revisions) and leave nothing behind a free lock: a client of theirs refuses
     /// this option ([`InputError::InvalidOption`]) rather than ignore it.
@@ -247,10 +251,13 @@ impl ClientOptions {
     }
 }
 
-/// Checks a fencing counter's horizon: whole milliseconds in (0, [`MAX_FENCE_HORIZON`]].
+/// Checks a fencing counter's horizon: whole milliseconds in
+/// [[`MIN_FENCE_HORIZON`], [`MAX_FENCE_HORIZON`]].
 fn validate_fence_horizon(horizon: Duration) -> Result<(), InputError> {
-    let reason = if horizon.is_zero() || !horizon.subsec_nanos().is_multiple_of(1_000_000) {
-        "must be a whole number of milliseconds above zero"
+    let reason = if !horizon.subsec_nanos().is_multiple_of(1_000_000) {
+        "must be a whole number of milliseconds"
+    } else if horizon < MIN_FENCE_HORIZON {
+        "must be at least one second"
     } else if horizon > MAX_FENCE_HORIZON {
         "must be at most 10 years"
     } else {

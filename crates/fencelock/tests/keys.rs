@@ -206,7 +206,7 @@ fn fenced(horizon_ms: u64) -> ClientOptions {
 #[tokio::test]
 async fn a_token_after_the_counters_horizon_is_above_every_earlier_one() {
     let server = server();
-    let client = client_with(&server, fenced(300)).await;
+    let client = client_with(&server, fenced(1_000)).await;
     let lock = client.lock("horizon");
     let mut earlier = Vec::new();
     for _ in 0..3 {
@@ -219,8 +219,9 @@ async fn a_token_after_the_counters_horizon_is_above_every_earlier_one() {
         .unwrap()
         .int()
         .unwrap();
+    // -2: already expired (a busy machine stalled this test for the whole horizon).
     assert!(
-        0 < ttl && ttl <= 300,
+        ttl == -2 || (0 < ttl && ttl <= 1_000),
         "the counter's TTL is the horizon: {ttl}"
     );
     eventually(5.0, "the counter expired", || {
@@ -266,21 +267,24 @@ async fn no_key_is_left_after_the_horizon() {
     }
     let left = keys_and_ttls(&server);
     assert!(!left.is_empty());
+    // -2: the key expired between the listing and its PTTL.
     assert!(
-        left.iter().all(|(_, ttl)| (0..=1000).contains(ttl)),
+        left.iter()
+            .all(|(_, ttl)| *ttl == -2 || (0..=1000).contains(ttl)),
         "every key expires within the horizon: {left:?}"
     );
     eventually(5.0, "no key left", || keys_and_ttls(&server).is_empty()).await;
 }
 
-/// A horizon that is zero, not whole milliseconds, or longer than ten years is refused when
+/// A horizon under a second, not whole milliseconds, or longer than ten years is refused when
 /// the client connects, with a typed error naming the option.
 #[tokio::test]
 async fn a_bad_fence_horizon_is_refused() {
     let server = server();
     for bad in [
         Duration::ZERO,
-        Duration::from_micros(1500),
+        fencelock::MIN_FENCE_HORIZON - Duration::from_millis(1),
+        Duration::from_micros(1_000_500),
         fencelock::MAX_FENCE_HORIZON + Duration::from_millis(1),
         Duration::MAX,
     ] {
