@@ -147,7 +147,8 @@ fn script_costs(md: &mut String, costs: &[Value]) {
     md.push_str("`redis-benchmark -c 1` (no pipelining) sends each script to the same server, after \
                  the scenarios; µs inside `EVALSHA` per call, from `INFO commandstats`. A Lua call \
                  has a fixed cost, and each command a script runs adds to it: fencelock's \
-                 acquire runs six (`PTTL`, the counter's `GET`, `TIME`, its `SET`, `HSET`, `PEXPIRE`) \
+                 acquire of a free lock runs five (`EXISTS`, `TIME`, the counter's `SET … PX … GET`, \
+                 `HSET`, `PEXPIRE`) \
                  and its release two (`HMGET`, `DEL`), where rslock sends a plain `SET NX PX` and a \
                  two-command release.\n\n| script | µs per call |\n|---|---|\n");
     for cost in costs {

@@ -148,17 +148,18 @@ pub fn script_costs(server: &RedisServer, requests: u32) -> Vec<(&'static str, f
         (
             "fencelock's acquire of a free lock",
             FENCELOCK_ACQUIRE,
+            // The common case's arguments (acquire.lua): four keys, then owner, lease, attempt
+            // id, the counter's horizon (ms), and no proposed token.
             vec![
-                "2",
+                "4",
                 key,
                 fence,
+                "cost:{__rand_int__}:queue",
+                "cost:{__rand_int__}:waiting",
                 "owner",
                 "10000",
                 "__rand_int__",
-                "",
-                "",
-                "",
-                "cost:ch",
+                "86400000",
                 "",
             ],
         ),
