@@ -49,21 +49,20 @@ def satisfied(expression, allowed):
             position += 2
         return word.rstrip("+") in allowed
 
-    def both():
+    def chain(joiner, operand, combine):
+        """`operand (joiner operand)*`, each operand read (and so consumed) before combining."""
         nonlocal position
-        value = leaf()
-        while position < len(words) and words[position] == "AND":
+        value = operand()
+        while position < len(words) and words[position] == joiner:
             position += 1
-            value = leaf() and value
+            value = combine(operand(), value)
         return value
 
+    def both():
+        return chain("AND", leaf, lambda a, b: a and b)
+
     def either():
-        nonlocal position
-        value = both()
-        while position < len(words) and words[position] == "OR":
-            position += 1
-            value = both() or value
-        return value
+        return chain("OR", both, lambda a, b: a or b)
 
     try:
         return either() and position == len(words)
