@@ -248,7 +248,7 @@ fn names_are_accepted_exactly_as_documented_and_keep_their_hash_tag() {
             ] {
                 let mut cmd = redis::cmd("GET");
                 cmd.arg(key);
-                let text = key.text();
+                let text = key.to_string();
                 let written = cmd.args_iter().nth(1);
                 prop_assert!(
                     matches!(written, Some(redis::Arg::Simple(b)) if b == text.as_bytes())

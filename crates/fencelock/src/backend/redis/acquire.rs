@@ -196,7 +196,7 @@ impl Ask<'_> {
         // its first attempt can take a place in the server's queue too. (The channel's name
         // is only made when this client waits for some lock.)
         let queue_at_once = !waiters.is_idle() && {
-            let channel = &self.keys.channel().text();
+            let channel = &self.keys.channel().to_string();
             waiters.has_waiters(channel) || (queues && waiters.is_subscribed(channel))
         };
         if !queue_at_once {
@@ -208,7 +208,7 @@ impl Ask<'_> {
         }
         // Boxed: only a contended acquire gets here, and joining may subscribe (a future of
         // kilobytes, which would otherwise be part of every acquire's).
-        let channel = &self.keys.channel().text();
+        let channel = &self.keys.channel().to_string();
         let joined = Box::pin(waiters.join(&self.family.engine, &self.ctx.background, channel));
         let ticket = match deadline {
             Some((at, _)) => tokio::time::timeout_at(at, joined)

@@ -45,7 +45,8 @@ pub(crate) struct LockKeys {
 }
 
 /// One key (or channel) of a lock: `fencelock:{name}` followed by a suffix. An argument of a
-/// command as it is (`ToRedisArgs`), text where one is needed (`Display`).
+/// command as it is (`ToRedisArgs`), text where one is needed (`Display`: a channel to
+/// subscribe to, an error).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Key<'a> {
     name: &'a str,
@@ -54,18 +55,6 @@ pub(crate) struct Key<'a> {
 
 impl Key<'_> {
     const PREFIX: &'static str = "fencelock:{";
-
-    /// The key as text, made in one allocation (where a string is needed: a channel to
-    /// subscribe to, an error).
-    pub(crate) fn text(&self) -> String {
-        let mut text =
-            String::with_capacity(Self::PREFIX.len() + self.name.len() + 1 + self.suffix.len());
-        text.push_str(Self::PREFIX);
-        text.push_str(self.name);
-        text.push('}');
-        text.push_str(self.suffix);
-        text
-    }
 
     /// Whether `text` is this key.
     pub(crate) fn is(&self, text: &str) -> bool {
@@ -95,7 +84,7 @@ impl redis::ToRedisArgs for Key<'_> {
         ];
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > KEY_BUFFER {
-            return out.write_arg(self.text().as_bytes());
+            return out.write_arg(self.to_string().as_bytes());
         }
         let mut at = 0;
         for part in parts {
@@ -182,11 +171,11 @@ mod tests {
     #[test]
     fn keys_share_the_hash_tag() {
         let keys = LockKeys::of(&Arc::new(LockName::new("orders:42").unwrap()));
-        assert_eq!(keys.lock().text(), "fencelock:{orders:42}");
-        assert_eq!(keys.fence().text(), "fencelock:{orders:42}:fence");
-        assert_eq!(keys.channel().text(), "fencelock:{orders:42}:released");
-        assert_eq!(keys.queue().text(), "fencelock:{orders:42}:queue");
-        assert_eq!(keys.waiting().text(), "fencelock:{orders:42}:waiting");
+        assert_eq!(keys.lock().to_string(), "fencelock:{orders:42}");
+        assert_eq!(keys.fence().to_string(), "fencelock:{orders:42}:fence");
+        assert_eq!(keys.channel().to_string(), "fencelock:{orders:42}:released");
+        assert_eq!(keys.queue().to_string(), "fencelock:{orders:42}:queue");
+        assert_eq!(keys.waiting().to_string(), "fencelock:{orders:42}:waiting");
         assert!(keys.lock().is("fencelock:{orders:42}"));
         assert!(!keys.lock().is("fencelock:{orders:42}:fence"));
         assert!(!keys.fence().is("fencelock:{orders:4}:fence"));

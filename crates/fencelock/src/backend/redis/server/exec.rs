@@ -343,10 +343,10 @@ impl RedisBackend {
                 // The scripts name the key; plain commands touch only the lock key.
                 let named = [keys.fence(), keys.queue(), keys.waiting()]
                     .into_iter()
-                    .find(|k| detail.contains(&k.text()));
+                    .find(|k| detail.contains(&k.to_string()));
                 return Error::WrongType {
                     lock: keys.name().to_owned(),
-                    key: named.unwrap_or(keys.lock()).text(),
+                    key: named.unwrap_or(keys.lock()).to_string(),
                     server: self.server.clone(),
                     detail,
                 };
