@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::election::Election;
 use crate::error::{Result, Warning};
 use crate::lock::Lock;
 use crate::options::ClientOptions;
@@ -84,6 +85,14 @@ impl Client {
     /// `}`) is reported by the handle's first operation, before any I/O.
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.inner.clone(), name, self.inner.next_owner())
+    }
+
+    /// A handle on the leader election `name` (see [`Election`]). Cheap; no I/O. A name is
+    /// checked as a lock name is, by the handle's first operation. On ZooKeeper and etcd an
+    /// election and a mutex of one name share the name's folder or prefix, in the layouts
+    /// of Curator's `LeaderLatch` and etcd's `concurrency.Election`.
+    pub fn election(&self, name: &str) -> Election {
+        Election::new(self.inner.clone(), name)
     }
 
     /// The random id of this client (hex), the prefix of the owner ids it makes.

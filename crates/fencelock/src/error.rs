@@ -120,6 +120,15 @@ pub enum InputError {
         /// The address both reach.
         address: String,
     },
+    /// A value an election participant advertises is longer than
+    /// [`crate::MAX_VALUE_LEN`] bytes.
+    #[error("an election value of {len} bytes is longer than the maximum of {max} bytes")]
+    ValueTooLong {
+        /// The value's length in bytes.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
     /// A client option out of its range.
     #[error("option {option} is invalid: {reason}")]
     InvalidOption {

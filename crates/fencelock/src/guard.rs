@@ -47,6 +47,11 @@ impl Guard {
         }
     }
 
+    /// The hold's lease state, and the client it lives in.
+    pub(crate) fn parts(&self) -> (&Arc<Shared>, &Arc<LeaseState>) {
+        (&self.client, &self.state)
+    }
+
     /// The lock name.
     pub fn name(&self) -> &str {
         &self.state.hold.lock.name

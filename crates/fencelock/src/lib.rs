@@ -24,6 +24,7 @@ compile_error!(
 mod backend;
 mod background;
 mod client;
+mod election;
 mod error;
 pub mod fenced;
 mod guard;
@@ -42,8 +43,9 @@ mod watchdog;
 pub use redis;
 
 pub use backend::registry::{services, ServiceInfo};
-pub use backend::Released;
+pub use backend::{Leader, Released};
 pub use client::Client;
+pub use election::{Election, Leadership, Observer, MAX_VALUE_LEN};
 pub use error::{Error, InputError, Result, Warning};
 pub use guard::Guard;
 pub use lease::LostReason;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Acquired, LockRequest, RawStatus, Released, Wait};
+use crate::backend::{Acquired, Kind, LockRequest, RawStatus, Released, Wait};
 use crate::error::{InputError, Result};
 use crate::guard::Guard;
 use crate::name::{validate_owner, LockName};
@@ -148,14 +148,17 @@ impl Lock {
             lease,
             renew,
             options: &self.options,
+            kind: Kind::Mutex,
         })
     }
 
-    /// Asks the service, and makes a guard of what it granted.
-    async fn ask(&self, wait: Wait) -> Result<Result<Guard, Contended>> {
-        let request = self.checked()?;
-        let started = Instant::now();
+    /// Asks the service for a holding of `kind`, and makes a guard of what it granted.
+    pub(crate) async fn ask(&self, kind: Kind<'_>, wait: Wait) -> Result<Result<Guard, Contended>> {
+        let mut request = self.checked()?;
+        request.kind = kind;
         let client = &self.client;
+        client.service.check_kind(kind)?;
+        let started = Instant::now();
         Ok(
             match client.service.acquire(&client.ctx, &request, wait).await? {
                 Acquired::Held(held) => {
@@ -173,7 +176,7 @@ impl Lock {
     /// notifications, bounded by the holder's remaining lease; dropping the future cancels the
     /// wait (and undoes an attempt that may have reached the server).
     pub async fn acquire(&self) -> Result<Guard> {
-        self.ask(Wait::Until(None))
+        self.ask(Kind::Mutex, Wait::Until(None))
             .instrument(tracing::debug_span!("acquire", lock = %self.name))
             .await?
             .map_err(|busy| self.busy_error(busy))
@@ -185,17 +188,8 @@ impl Lock {
     /// is not read as "no timeout" but rejected with [`InputError::TimeoutTooLong`], before
     /// any I/O. To wait without a bound, use [`Lock::acquire`].
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Guard> {
-        crate::options::validate_timeout("acquire_timeout", timeout)?;
-        // Within the maximum this cannot fail on the platforms fencelock runs on; if it does,
-        // the deadline is beyond what this clock can represent: still too long.
-        let deadline = Instant::now()
-            .checked_add(timeout)
-            .ok_or(InputError::TimeoutTooLong {
-                option: "acquire_timeout",
-                timeout,
-                max: crate::MAX_TIMEOUT,
-            })?;
-        self.ask(Wait::Until(Some((deadline, timeout))))
+        let wait = timed("acquire_timeout", timeout)?;
+        self.ask(Kind::Mutex, wait)
             .instrument(tracing::debug_span!("acquire", lock = %self.name, ?timeout))
             .await?
             .map_err(|busy| self.busy_error(busy))
@@ -203,13 +197,13 @@ impl Lock {
 
     /// One attempt: the guard, or the holder's remaining lease.
     pub async fn try_acquire(&self) -> Result<Result<Guard, Contended>> {
-        self.ask(Wait::No)
+        self.ask(Kind::Mutex, Wait::No)
             .instrument(tracing::debug_span!("try_acquire", lock = %self.name))
             .await
     }
 
     /// A waiting acquire never ends busy; if a service said so, it is a protocol error.
-    fn busy_error(&self, busy: Contended) -> crate::Error {
+    pub(crate) fn busy_error(&self, busy: Contended) -> crate::Error {
         crate::Error::Protocol {
             lock: Some(self.name.to_string()),
             server: self.client.service.server(),
@@ -232,6 +226,22 @@ impl Lock {
         let raw = self.client.service.status(request.lock).await?;
         Ok(LockStatus::from_raw(&self.name, raw))
     }
+}
+
+/// A wait until `timeout` from now (`option` names it in the error): at most
+/// [`crate::MAX_TIMEOUT`], never read as "no timeout".
+pub(crate) fn timed(option: &'static str, timeout: Duration) -> Result<Wait> {
+    crate::options::validate_timeout(option, timeout)?;
+    // Within the maximum this cannot fail on the platforms fencelock runs on; if it does,
+    // the deadline is beyond what this clock can represent: still too long.
+    let deadline = Instant::now()
+        .checked_add(timeout)
+        .ok_or(InputError::TimeoutTooLong {
+            option,
+            timeout,
+            max: crate::MAX_TIMEOUT,
+        })?;
+    Ok(Wait::Until(Some((deadline, timeout))))
 }
 
 /// Records an acquisition (metrics) and hands the guard on.

@@ -119,7 +119,42 @@ pub(crate) struct LockRequest<'a> {
     /// The watchdog renews the lease (no explicit lease was given).
     pub(crate) renew: bool,
     pub(crate) options: &'a LockOptions,
+    /// What the attempt takes: a mutex's holding, or an election's leadership.
+    pub(crate) kind: Kind<'a>,
 }
+
+/// What an acquire takes. Every kind is a participant of the name's one queue; the kind says
+/// which participants hold (the first, for both kinds so far) and what an entry stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind<'a> {
+    /// A mutex's holding; the entry stores the owner id.
+    Mutex,
+    /// A leader election's campaign: the first participant leads and advertises `value`,
+    /// which the entry stores (Curator's `LeaderLatch` and etcd's `concurrency.Election` keep
+    /// the participant's id or value as the node's or key's data).
+    Leader {
+        /// The value the participant advertises while it leads.
+        value: &'a str,
+    },
+}
+
+/// The leader of an election: the value it advertises and its term.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The value the leader advertises ([`crate::Election::campaign`]'s, or the last
+    /// [`crate::Leadership::proclaim`]'s).
+    pub value: String,
+    /// The leader's term: its holding's fencing token. It strictly increases from one leader
+    /// of an election to the next, so a resource can refuse a deposed leader's late write.
+    pub term: u64,
+}
+
+/// What a service's `observe` sends: the election's leader (or none) each time it may have
+/// changed, the leader as it is at the start first; an error, and nothing after it, once the
+/// service can no longer follow. The core reports changes only, never an older term. The
+/// sending task ends when the receiver is dropped.
+pub(crate) type Feed = tokio::sync::mpsc::Receiver<Result<Option<Leader>, Error>>;
 
 /// How long an acquire may wait for the lock.
 #[derive(Debug, Clone, Copy)]
@@ -216,6 +251,54 @@ pub(crate) trait LockService: Send + Sync + 'static {
     /// Options that only some services understand are checked here, before any I/O.
     fn check(&self, _options: &LockOptions, _lease: Duration) -> Result<(), InputError> {
         Ok(())
+    }
+
+    /// Refuses, before any I/O, a kind of acquire the service does not offer. By default only
+    /// the mutex is offered; a service that offers elections overrides this (and `leader`,
+    /// `proclaim` and `observe`), one that cannot refuses with its reason.
+    fn check_kind(&self, kind: Kind<'_>) -> Result<(), Error> {
+        match kind {
+            Kind::Mutex => Ok(()),
+            Kind::Leader { .. } => Err(self.no_election("Election::campaign")),
+        }
+    }
+
+    /// The refusal of an election operation by a service that offers none.
+    fn no_election(&self, what: &'static str) -> Error {
+        Error::Unsupported {
+            service: self.name(),
+            what,
+            why: "this service offers no leader election",
+        }
+    }
+
+    /// The election's current leader (the first participant of name `lock`'s queue), if any.
+    fn leader<'a>(
+        &'a self,
+        _lock: &'a Arc<LockName>,
+    ) -> BoxFuture<'a, Result<Option<Leader>, Error>> {
+        Box::pin(std::future::ready(
+            Err(self.no_election("Election::leader")),
+        ))
+    }
+
+    /// Changes the value a leader advertises: the hold's own entry only, and only while it
+    /// is there (`Error::LockLost` otherwise).
+    fn proclaim<'a>(
+        &'a self,
+        _hold: &'a Arc<LeaseState>,
+        _value: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(std::future::ready(Err(
+            self.no_election("Leadership::proclaim")
+        )))
+    }
+
+    /// Follows the election's leader (see [`Feed`]).
+    fn observe<'a>(&'a self, _lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<Feed, Error>> {
+        Box::pin(std::future::ready(Err(
+            self.no_election("Election::observe")
+        )))
     }
 
     /// Acquires, waiting as `wait` says.
