@@ -12,6 +12,9 @@ pub const CONNECTION: u8 = 69;
 pub const CONFLICT: u8 = 75;
 /// The lock was lost while PROGRAM ran; PROGRAM was stopped. Outside the sysexits range.
 pub const LOCK_LOST: u8 = 79;
+/// `elect --observe` can no longer follow the election (its connection or session was lost,
+/// the service compacted what it watched): sysexits EX_IOERR.
+pub const OBSERVE_ENDED: u8 = 74;
 /// PROGRAM could not be executed (permission), as in shells.
 pub const CANNOT_EXECUTE: u8 = 126;
 /// PROGRAM was not found, as in shells.
@@ -28,6 +31,29 @@ EXIT STATUS:
   75                      lock held by someone else (-n/--no-wait) or the wait timed out
                           (change with --conflict-exit-code)
   79                      the lock was lost before PROGRAM ended; PROGRAM was stopped
+  126 / 127               PROGRAM could not be executed / was not found";
+
+/// The table printed by `fencelock elect --help`.
+pub const ELECT_TABLE: &str = "\
+ENVIRONMENT OF PROGRAM:
+  FENCELOCK_KEY           NAME
+  FENCELOCK_TOKEN         the term (also in FENCELOCK_TERM): a fencing token, strictly greater
+                          than every earlier leader's of this election
+  FENCELOCK_VALUE         the value advertised (--value)
+
+EXIT STATUS:
+  PROGRAM's own status    PROGRAM ran and exited (--again: the last PROGRAM's, after a signal)
+  128+N                   PROGRAM (or, while campaigning or observing, fencelock) was killed
+                          by signal N
+  64                      usage error (bad flag, flag value or combination, unknown option
+                          before PROGRAM)
+  69                      connection or configuration error (as for `run`), or the service
+                          does not hold elections
+  74                      --observe: can no longer follow the election (connection or session
+                          lost); the lines printed up to then stand
+  75                      someone else leads (-n/--no-wait) or the wait timed out
+                          (change with --conflict-exit-code)
+  79                      the leadership was lost before PROGRAM ended; PROGRAM was stopped
   126 / 127               PROGRAM could not be executed / was not found";
 
 /// The exit status that stands for a program's: its own code, or 128+N when signal N killed

@@ -2,10 +2,13 @@
 //! and a demo that shows why it is safe. It uses only the library's public API, plus the test
 //! kit for the throwaway servers of `demo` and `verify`.
 //!
-//! - `run.rs`: `fencelock run` (flags checked before anything is contacted); PROGRAM runs under
+//! - `run.rs`: `fencelock run` (flags checked before anything is contacted); PROGRAM runs
+//!   (`held.rs`: spawned, signals passed on, stopped on a loss) under
 //!   the hidden `supervise` subcommand (`supervise.rs`): fencelock re-executed as the leader of
 //!   PROGRAM's process group, which kills the group when the runner's pipe reads end-of-file,
 //!   and hands the terminal to PROGRAM.
+//! - `elect.rs`: `fencelock elect` (campaign and run PROGRAM while leading, under the same
+//!   supervision as `run`: `held.rs`, which both share; `--again`; `--observe`).
 //! - `status.rs`: `status` (holder, lease, tokens and the wait queue; 0 held, 1 free) and
 //!   `unlock --force`, printed by `show.rs` in each service's words, as text and JSON.
 //! - `args.rs`: `--url`/`FENCELOCK_URL`, `--password`, NAME or `--key`. `owner.rs`: the owner id
@@ -51,8 +54,10 @@ macro_rules! out {
 mod args;
 mod demo;
 mod duration;
+mod elect;
 mod exit;
 mod explain;
+mod held;
 mod owner;
 mod procs;
 mod run;
@@ -88,6 +93,10 @@ enum Command {
     /// Run PROGRAM while holding the lock NAME; release it when PROGRAM exits.
     #[command(after_help = exit::TABLE)]
     Run(run::RunArgs),
+    /// Run PROGRAM while leading the election NAME (one leader at a time, with a term to fence
+    /// with), or follow its leader (--observe).
+    #[command(after_help = exit::ELECT_TABLE)]
+    Elect(elect::ElectArgs),
     /// Show whether a lock is held, by whom, for how long, its last fencing token, and the
     /// waiters queued for it (with the age of each place; expired places are dead waiters).
     Status(status::StatusArgs),
@@ -112,14 +121,16 @@ enum Command {
     Supervise(supervise::SuperviseArgs),
 }
 
-/// Parses the command line; `run --key` also checks that no option follows PROGRAM's first
+/// Parses the command line; `elect` checks its flags' combinations; `run --key` also checks that no option follows PROGRAM's first
 /// word (with `--key`, that word was NAME's place, and clap would read PROGRAM's own options
 /// as fencelock's: `--key k echo -n hi`).
 fn parse() -> Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
     let matches = Cli::command().try_get_matches()?;
-    if let Some(("run", run)) = matches.subcommand() {
-        run::check_key_order(run)?;
+    match matches.subcommand() {
+        Some(("run", run)) => run::check_key_order(run)?,
+        Some(("elect", elect)) => elect::check_combinations(elect)?,
+        _ => {}
     }
     Cli::from_arg_matches(&matches)
 }
@@ -153,6 +164,7 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Elect(args) => elect::elect(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Unlock(args) => status::unlock(args).await,
             Command::Demo(args) => demo::demo(args).await,

@@ -42,7 +42,7 @@ fn clean(text: &str, max: usize) -> String {
 }
 
 /// This machine's host name.
-fn host_name() -> String {
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
