@@ -272,19 +272,14 @@ async fn lead(client: &fencelock::Client, c: &Campaign, signals: &mut Signals) -
 async fn lead_once(c: &Campaign, leadership: Leadership, signals: &mut Signals) -> held::Ran {
     let term = leadership.term().to_string();
     tracing::debug!(election = %c.name, %term, "leading; starting PROGRAM");
-    let spec = held::Spec {
-        conn: &c.conn,
-        what: format!("leadership of election {:?}", c.name),
-        other: "leader",
-        program: &c.program,
-        env: vec![
-            ("FENCELOCK_KEY", c.name.clone()),
-            ("FENCELOCK_TOKEN", term.clone()),
-            ("FENCELOCK_TERM", term),
-            ("FENCELOCK_VALUE", c.value.clone()),
-        ],
-        kill_grace: c.hold.kill_grace,
-    };
+    let env = vec![
+        ("FENCELOCK_KEY", c.name.clone()),
+        ("FENCELOCK_TOKEN", term.clone()),
+        ("FENCELOCK_TERM", term),
+        ("FENCELOCK_VALUE", c.value.clone()),
+    ];
+    let what = format!("leadership of election {:?}", c.name);
+    let spec = c.hold.spec(&c.conn, what, "leader", &c.program, env);
     held::run_held(&spec, leadership, signals).await
 }
 

@@ -89,6 +89,29 @@ impl HoldArgs {
     }
 }
 
+impl HoldArgs {
+    /// PROGRAM (`program`, with `env`) under `what` (`lock "k"`), held in turns with an
+    /// `other` (`holder`), with this `--kill-grace`.
+    pub fn spec<'a>(
+        &self,
+        conn: &'a Connection,
+        what: String,
+        other: &'static str,
+        program: &'a [String],
+        env: Vec<(&'static str, String)>,
+    ) -> Spec<'a> {
+        let kill_grace = self.kill_grace;
+        Spec {
+            conn,
+            what,
+            other,
+            program,
+            env,
+            kill_grace,
+        }
+    }
+}
+
 /// Parses flock's `-w SECONDS` (a number, fractions allowed), at most 7 days.
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s

@@ -234,16 +234,14 @@ async fn hold_and_run(client: &fencelock::Client, args: &Job, signals: &mut Sign
         }
     };
     tracing::debug!(key = %args.key, token = guard.fencing_token(), "lock acquired; starting PROGRAM");
-    let spec = held::Spec {
-        conn: &args.conn,
-        what: format!("lock {:?}", args.key),
-        other: "holder",
-        program: &args.program,
-        env: vec![
-            ("FENCELOCK_KEY", args.key.clone()),
-            ("FENCELOCK_TOKEN", guard.fencing_token().to_string()),
-        ],
-        kill_grace: args.hold.kill_grace,
-    };
+    let token = guard.fencing_token().to_string();
+    let env = vec![
+        ("FENCELOCK_KEY", args.key.clone()),
+        ("FENCELOCK_TOKEN", token),
+    ];
+    let what = format!("lock {:?}", args.key);
+    let spec = args
+        .hold
+        .spec(&args.conn, what, "holder", &args.program, env);
     held::run_held(&spec, guard, signals).await.code
 }

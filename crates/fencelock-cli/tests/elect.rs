@@ -291,6 +291,46 @@ async fn a_frozen_leader_is_deposed_zookeeper() {
     a_frozen_leader_is_deposed(Kind::ZooKeeper).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_is_deposed_etcd() {
+    a_frozen_leader_is_deposed(Kind::Etcd).await;
+}
+
+/// A standby (`--again`, waiting for its turn) ends at once on SIGTERM (128+15) and leaves
+/// the election then, not a lease later: the leader, campaigning again after its PROGRAM
+/// exits, leads again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_standby_ends_on_sigterm_and_leaves_the_election() {
+    let server = Server::start(Kind::Redis).await;
+    let mut lines = Lines::new();
+    let args = [
+        "elect", "--again", "--lease", "30s", "e", "--shell", LEADING,
+    ];
+    let mut a = lines.start(&server, 0, &args);
+    let (_, term, _) = lines.lead(60, "the first leads").await;
+    let b = lines.start(&server, 1, &args);
+    // The standby's place in the queue, as the lock's status shows it.
+    let client = fencelock::Client::connect(&server.url()).await.unwrap();
+    within(30, "the standby waits", async {
+        while client.lock("e").status().await.unwrap().waiters.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    lines.ends(1);
+    signal(b.pid(), Signal::SIGTERM);
+    let (code, err) = b.exit(10).await;
+    assert_eq!(code, Some(128 + 15), "{err}");
+    assert!(err.contains("while campaigning"), "{err}");
+    a.end_term().await;
+    let (who, next, _) = lines.lead(10, "the first leads again").await;
+    assert_eq!(who, 0);
+    assert!(next > term, "terms {term} then {next}");
+    lines.ends(0);
+    signal(a.pid(), Signal::SIGTERM);
+    assert_eq!(a.exit(20).await.0, Some(128 + 15));
+}
+
 /// One `--observe --json` line: value and term (null when nobody leads); checks `since`.
 fn observed(line: &str) -> (Option<String>, Option<u64>) {
     let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
