@@ -1,5 +1,6 @@
-//! The demo's scenes: contention, a frozen holder, a killed holder, and the summary. Each
-//! returns the violations it saw; the record counts the ones it can see itself.
+//! The demo's scenes: contention, a frozen holder, a killed holder, an active/standby pair
+//! under `fencelock elect` whose leader is frozen, and the summary. Each returns the
+//! violations it saw; the record counts the ones it can see itself.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -8,7 +9,7 @@ use nix::sys::signal::Signal;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
-use super::stage::{Job, Stage};
+use super::stage::{Job, Stage, ELECTION};
 use super::worker::{record_connection, STALE, TOKENS, VALUE, VIOLATIONS};
 use super::DemoArgs;
 use crate::exit;
@@ -37,6 +38,7 @@ pub(super) async fn play(stage: &Stage, args: &DemoArgs) -> Result<u64, String> 
     let mut violations = contend(stage, &mut con, args).await?;
     violations += frozen(stage, &mut con).await?;
     violations += killed(stage, &mut con).await?;
+    violations += standby(stage, &mut con).await?;
     violations += summary(stage, &mut con, violations, started_at).await?;
     Ok(violations)
 }
@@ -183,6 +185,101 @@ async fn killed(stage: &Stage, con: &mut MultiplexedConnection) -> Result<u64, S
         killed_at.elapsed().as_secs_f64()
     ));
     Ok(violations)
+}
+
+/// Whether the service holds elections (a build whose service has none skips scene 4).
+async fn elections_supported(url: &str) -> Result<bool, String> {
+    let client = fencelock::Client::connect(url).await.map_err(text)?;
+    let leader = client.election(ELECTION).leader().await;
+    let _ = client.close().await;
+    match leader {
+        Err(fencelock::Error::Unsupported { .. }) => Ok(false),
+        Err(e) => Err(e.to_string()),
+        Ok(_) => Ok(true),
+    }
+}
+
+/// Scene 4: an active/standby pair under `fencelock elect --again`; the leader is frozen past
+/// its lease or session, the standby takes over (and writes with its term), and the thawed
+/// former leader's late write is refused by its older term; it then campaigns again.
+async fn standby(stage: &Stage, con: &mut MultiplexedConnection) -> Result<u64, String> {
+    let service = &stage.service;
+    if !elections_supported(&service.url).await? {
+        stage.ui.line(&format!(
+            "4. (no elections on {} in this build: skipped)",
+            service.name
+        ));
+        return Ok(0);
+    }
+    stage.ui.line(&format!(
+        "4. an active/standby pair under `fencelock elect --again` with {}; the leader (active) is frozen (SIGSTOP)",
+        service.short_liveness()
+    ));
+    let ready = "demo:ready:leader";
+    let job = |write_after_term| Job {
+        kill_grace: Some(FROZEN_KILL_GRACE),
+        ready: Some(ready),
+        serve: true,
+        write_after_term,
+        ..Job::with_lease(service.short)
+    };
+    let active = stage.start_participant(&job(true)).map_err(text)?;
+    let worker = stage.ready(con, ready).await?;
+    let _: () = con.del(ready).await.map_err(text)?;
+    let standby = stage.start_participant(&job(false)).map_err(text)?;
+    let stale_before = count(con, STALE).await?;
+    let pids = [active.pid, worker];
+    signal(&pids, Signal::SIGSTOP);
+    let frozen_at = Instant::now();
+    let took_over = stage.ready(con, ready).await;
+    stage.ui.line(&match &took_over {
+        Ok(_) => format!(
+            "   {}; the standby led and wrote with its term after {:.1} s",
+            service.frozen_outcome(),
+            frozen_at.elapsed().as_secs_f64()
+        ),
+        Err(e) => format!("   the standby did not take over: {e}"),
+    });
+    signal(&pids, Signal::SIGCONT);
+    stage.started.remove(worker);
+    let late = late_write(con, stale_before).await?;
+    stage.ui.line(&format!(
+        "   thawed, told of the loss (SIGTERM), the former leader wrote anyway: its late write was {}; it campaigns again, now the standby",
+        if late { "rejected (older term)" } else { "NOT rejected" }
+    ));
+    signal(&[active.pid], Signal::SIGTERM);
+    let (active_code, _) = stage.finish(active).await.map_err(text)?;
+    signal(&[standby.pid], Signal::SIGTERM);
+    let (standby_code, stderr) = stage.finish(standby).await.map_err(text)?;
+    if standby_code != 0 {
+        stage.ui.line(&format!(
+            "   the leader ended with {standby_code}: {}",
+            stderr.trim()
+        ));
+    }
+    stage
+        .ui
+        .line("   both stopped (SIGTERM): the standby at once, the leader after its PROGRAM");
+    let failed = [
+        took_over.is_err(),
+        !late,
+        active_code != 128 + 15,
+        standby_code != 0,
+    ];
+    Ok(failed.iter().filter(|f| **f).count() as u64)
+}
+
+/// Waits (bounded) until the record has rejected one more stale write than `before`.
+async fn late_write(con: &mut MultiplexedConnection, before: u64) -> Result<bool, String> {
+    let deadline = Instant::now() + FROZEN_KILL_GRACE + LEASE;
+    while Instant::now() < deadline {
+        if count(con, STALE).await? > before {
+            return Ok(true);
+        }
+        // The former leader's worker writes from another process: nothing to await but the key.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(false)
 }
 
 /// The summary line; returns the violations only the record saw (overlaps, lost updates,

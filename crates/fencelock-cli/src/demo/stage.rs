@@ -1,5 +1,5 @@
-//! The demo's processes and output: `fencelock run` holders started, awaited, frozen and
-//! killed by PID, and the lines the scenes print.
+//! The demo's processes and output: `fencelock run` holders and `fencelock elect --again`
+//! participants started, awaited, frozen and killed by PID, and the lines the scenes print.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -17,6 +17,9 @@ pub(super) use crate::ui::Ui;
 
 /// The lock every holder of the demo contends for.
 const LOCK: &str = "demo:record";
+
+/// The election of the active/standby pair.
+pub(super) const ELECTION: &str = "demo:leader";
 
 /// How long a worker may take to read the record and say it is ready (a `fencelock run`
 /// waits for the lock first, and processes start slowly on a busy machine).
@@ -37,6 +40,8 @@ pub(super) struct Job<'a> {
     pub(super) check_overlap: bool,
     /// The worker's `--write-after-term`.
     pub(super) write_after_term: bool,
+    /// The worker's `--serve` (under `fencelock elect`).
+    pub(super) serve: bool,
 }
 
 impl Job<'_> {
@@ -49,6 +54,7 @@ impl Job<'_> {
             ready: None,
             check_overlap: false,
             write_after_term: false,
+            serve: false,
         }
     }
 }
@@ -77,14 +83,26 @@ pub(super) struct Stage {
 impl Stage {
     /// Starts `fencelock run ... LOCK -- fencelock demo-worker ...` for `job`.
     pub(super) fn start(&self, job: &Job<'_>) -> std::io::Result<Holder> {
+        self.spawn(&["run"], LOCK, job)
+    }
+
+    /// Starts `fencelock elect --again ... ELECTION -- fencelock demo-worker ...` for `job`:
+    /// one of an active/standby pair.
+    pub(super) fn start_participant(&self, job: &Job<'_>) -> std::io::Result<Holder> {
+        self.spawn(&["elect", "--again"], ELECTION, job)
+    }
+
+    /// Starts `fencelock COMMAND... NAME -- fencelock demo-worker ...` for `job`.
+    fn spawn(&self, command_words: &[&str], name: &str, job: &Job<'_>) -> std::io::Result<Holder> {
         let mut command = Command::new(&self.exe);
         command
-            .args(["run", "--url", &self.service.url])
+            .args(command_words)
+            .args(["--url", &self.service.url])
             .args(["--lease", &flag(job.lease)]);
         if let Some(grace) = job.kill_grace {
             command.args(["--kill-grace", &flag(grace)]);
         }
-        command.args([LOCK, "--"]).arg(&self.exe).args([
+        command.args([name, "--"]).arg(&self.exe).args([
             "demo-worker",
             "--record",
             &self.record.url(),
@@ -100,6 +118,9 @@ impl Stage {
         }
         if job.write_after_term {
             command.arg("--write-after-term");
+        }
+        if job.serve {
+            command.arg("--serve");
         }
         command
             .stdin(Stdio::null())

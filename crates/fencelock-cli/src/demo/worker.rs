@@ -1,5 +1,5 @@
 //! The hidden `fencelock demo-worker`: one holder's work on the record, run under
-//! `fencelock run`. The record is a Redis key whose writes are checked by `record.lua`; it
+//! `fencelock run`, or an active service under `fencelock elect` (`--serve`). The record is a Redis key whose writes are checked by `record.lua`; it
 //! stays on Redis whichever service the lock lives on, since fencing tokens are numbers that
 //! any store can compare.
 
@@ -46,6 +46,11 @@ pub struct WorkerArgs {
     /// a program too slow to stop.
     #[arg(long)]
     write_after_term: bool,
+    /// An active service under `fencelock elect`: write at once (then publish the PID under
+    /// --ready), and serve until SIGTERM (the end of its term); with --write-after-term, write
+    /// once more then, with the same token: a deposed leader's late write.
+    #[arg(long)]
+    serve: bool,
 }
 
 /// A connection to the record's Redis.
@@ -64,7 +69,7 @@ const WRITE_AFTER_TERM_AT_MOST: Duration = Duration::from_secs(10);
 pub async fn worker(args: WorkerArgs) -> u8 {
     // Handling SIGTERM replaces its default action, termination: the worker goes on to its
     // late write. Set up before the read, so that no SIGTERM can come unhandled.
-    let term = if args.write_after_term {
+    let term = if args.write_after_term || args.serve {
         match signal(SignalKind::terminate()) {
             Ok(term) => Some(term),
             Err(e) => {
@@ -82,7 +87,11 @@ pub async fn worker(args: WorkerArgs) -> u8 {
         eprintln!("demo-worker: FENCELOCK_TOKEN is not set; run it under `fencelock run`");
         return exit::USAGE;
     };
-    match worker_steps(&args, token, term).await {
+    let steps = match (args.serve, term) {
+        (true, Some(term)) => serve_steps(&args, token, term).await,
+        (_, term) => worker_steps(&args, token, term).await,
+    };
+    match steps {
         Ok(outcome) => {
             outln!(
                 "worker {} token {token}: write {outcome}",
@@ -95,6 +104,56 @@ pub async fn worker(args: WorkerArgs) -> u8 {
             exit::CONNECTION
         }
     }
+}
+
+/// An active service's steps (`--serve`): write, publish, wait for the end of the term, and
+/// with `--write-after-term` write once more.
+async fn serve_steps(
+    args: &WorkerArgs,
+    token: u64,
+    mut term: Signal,
+) -> redis::RedisResult<String> {
+    let mut con = record_connection(&args.record).await?;
+    let first = write(&mut con, token).await?;
+    if let Some(key) = &args.ready {
+        let _: () = con.set(key, std::process::id()).await?;
+    }
+    let _ = term.recv().await;
+    if !args.write_after_term {
+        return Ok(first);
+    }
+    let late = write(&mut con, token).await?;
+    Ok(format!("{first}, late write {late}"))
+}
+
+/// Reads the record and writes it back, one more, with `token`.
+async fn write(
+    con: &mut redis::aio::MultiplexedConnection,
+    token: u64,
+) -> redis::RedisResult<String> {
+    let read: Option<String> = con.get(VALUE).await?;
+    let read = read.unwrap_or_else(|| "0".into());
+    record(con, token, &read).await
+}
+
+/// Writes `read` + 1 to the record with `token`; the record's verdict.
+async fn record(
+    con: &mut redis::aio::MultiplexedConnection,
+    token: u64,
+    read: &str,
+) -> redis::RedisResult<String> {
+    let next = read.parse::<u64>().unwrap_or(0) + 1;
+    redis::Script::new(include_str!("record.lua"))
+        .key(VALUE)
+        .key(HIGHEST)
+        .key(TOKENS)
+        .key(STALE)
+        .key(VIOLATIONS)
+        .arg(token)
+        .arg(read)
+        .arg(next)
+        .invoke_async(con)
+        .await
 }
 
 async fn worker_steps(
@@ -123,16 +182,5 @@ async fn worker_steps(
     if args.check_overlap {
         let _: i64 = con.decr(INSIDE, 1).await?;
     }
-    let next = read.parse::<u64>().unwrap_or(0) + 1;
-    redis::Script::new(include_str!("record.lua"))
-        .key(VALUE)
-        .key(HIGHEST)
-        .key(TOKENS)
-        .key(STALE)
-        .key(VIOLATIONS)
-        .arg(token)
-        .arg(&read)
-        .arg(next)
-        .invoke_async(&mut con)
-        .await
+    record(&mut con, token, &read).await
 }
