@@ -1,5 +1,5 @@
-//! `fencelock`: run a program while holding a distributed lock, inspect locks, clear stale ones,
-//! and a demo that shows why it is safe. It uses only the library's public API, plus the test
+//! `fencelock`: run a program while holding a distributed lock or leading an election, inspect
+//! locks, clear stale ones, and a demo that shows why it is safe. It uses only the library's public API, plus the test
 //! kit for the throwaway servers of `demo` and `verify`.
 //!
 //! - `run.rs`: `fencelock run` (flags checked before anything is contacted); PROGRAM runs
@@ -19,8 +19,8 @@
 //!   hints, from the library's registry (`fencelock::services()`).
 //! - `demo/` and the hidden `demo-worker`: `service.rs` the backends and their throwaway
 //!   servers, each described as a `LockService` (URL, name, lease or session, timeouts);
-//!   `stage.rs` the holder processes, started, frozen and killed by PID; `scenes.rs` the scenes
-//!   and summary; `worker.rs` the worker and its fenced record script `record.lua` (the record
+//!   `stage.rs` the holder processes (`run`, and `elect --again` pairs), started, frozen and
+//!   killed by PID; `scenes.rs` the scenes and summary; `worker.rs` the worker and its fenced record script `record.lua` (the record
 //!   lives on a throwaway Redis with every backend). A backend is one more `Backend` variant
 //!   and one function that starts its server.
 //! - `verify/` and the hidden `verify-client`: `args.rs` flags, backends and faults;

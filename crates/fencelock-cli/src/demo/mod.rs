@@ -1,12 +1,16 @@
 //! `fencelock demo`: worker processes under `fencelock run` contend for one lock and update a
 //! record that checks fencing tokens; then a holder is frozen past its lease (or, on
-//! ZooKeeper, its session), and another is killed. Everything runs on throwaway local servers
-//! started through the test kit: the lock on the chosen backend, the record on Redis.
+//! ZooKeeper, its session), and another is killed; last, the leader of an active/standby pair
+//! under `fencelock elect --again` is frozen, the standby takes over, and the thawed leader's
+//! late write is refused by its term. Everything runs on throwaway local servers started
+//! through the test kit: the lock on the chosen backend, the record on Redis.
 //!
 //! - `service`: the backends ([`Backend`]) and their throwaway servers.
-//! - `stage`: the holder processes (started, awaited, frozen and killed by PID) and the output.
+//! - `stage`: the holder processes (`run`, or `elect --again`; started, awaited, frozen and
+//!   killed by PID) and the output.
 //! - `scenes`: the scenes and the summary.
-//! - `worker`: the hidden `demo-worker`, which reads and writes the record.
+//! - `worker`: the hidden `demo-worker`, which reads and writes the record (once, or as an
+//!   active service until the end of its term: `--serve`).
 
 mod scenes;
 mod service;
