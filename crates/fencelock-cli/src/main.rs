@@ -1,6 +1,6 @@
 //! `fencelock`: run a program while holding a distributed lock or leading an election, inspect
-//! locks, clear stale ones, and a demo that shows why it is safe. It uses only the library's public API, plus the test
-//! kit for the throwaway servers of `demo` and `verify`.
+//! locks, clear stale ones, and a demo that shows why it is safe. It uses only the library's
+//! public API, plus the test kit for the throwaway servers of `demo` and `verify`.
 //!
 //! - `run.rs`: `fencelock run` (flags checked before anything is contacted); PROGRAM runs
 //!   (`held.rs`: spawned, signals passed on, stopped on a loss) under
