@@ -21,6 +21,8 @@
 //! `topology` group (one at a time): `.config/nextest.toml`.
 
 mod common;
+#[path = "conformance/election.rs"]
+mod election;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,6 +31,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{short_lease as lease, within};
+use election::{
+    a_cut_off_leader_is_told_before_the_next_leads, elections_are_offered_or_refused,
+    observers_see_each_leader_in_order, one_leader_at_a_time_in_arrival_order,
+};
 use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, LostReason, Released};
 use fencelock_testkit::TcpProxy;
 use tokio::time::Instant;
@@ -84,6 +90,9 @@ struct Caps {
     /// A client's locks live in one session (ZooKeeper) or lease (etcd), which
     /// `Deployment::end_session` ends on demand: its end tells every guard of the client.
     sessions: bool,
+    /// Leader elections (`Client::election`) are offered; otherwise every election call fails
+    /// with `Error::Unsupported` (RedLock: no server queue to agree on the next leader).
+    election: bool,
 }
 
 #[cfg(feature = "redis")]
@@ -104,6 +113,7 @@ const REDIS: Caps = Caps {
     long_pause: true,
     waits_through_a_pause: false,
     sessions: false,
+    election: true,
 };
 
 /// An entry of a lock on the servers: a holder or a waiter's place (Redis: an owner in the
@@ -250,6 +260,7 @@ mod redis_family {
         fn caps(&self) -> Caps {
             Caps {
                 waiter_queue: false,
+                election: false,
                 ..REDIS
             }
         }
@@ -562,6 +573,7 @@ mod zk {
         long_pause: true,
         waits_through_a_pause: true,
         sessions: true,
+        election: true,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -756,6 +768,7 @@ mod etcd {
         long_pause: true,
         waits_through_a_pause: true,
         sessions: true,
+        election: true,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -1869,6 +1882,10 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(a_client_cut_off_tells_every_guard_by_the_deadline);
     step!(the_granted_lease_is_every_guards_lease);
     step!(declared_capabilities_hold);
+    step!(elections_are_offered_or_refused);
+    step!(one_leader_at_a_time_in_arrival_order);
+    step!(observers_see_each_leader_in_order);
+    step!(a_cut_off_leader_is_told_before_the_next_leads);
 }
 
 /// One test per deployment: it starts the deployment once and runs every behaviour on it.
