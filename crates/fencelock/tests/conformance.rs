@@ -23,6 +23,8 @@
 mod common;
 #[path = "conformance/election.rs"]
 mod election;
+#[path = "conformance/multi.rs"]
+mod multi;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,6 +39,10 @@ use election::{
 };
 use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, LostReason, Released};
 use fencelock_testkit::TcpProxy;
+use multi::{
+    a_multi_lock_gives_back_and_tells_of_any_loss, a_multi_lock_is_all_or_nothing,
+    bad_multi_locks_are_refused_before_any_io, multi_locks_in_opposite_orders_never_deadlock,
+};
 use tokio::time::Instant;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -1882,6 +1888,10 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(a_client_cut_off_tells_every_guard_by_the_deadline);
     step!(the_granted_lease_is_every_guards_lease);
     step!(declared_capabilities_hold);
+    step!(bad_multi_locks_are_refused_before_any_io);
+    step!(a_multi_lock_is_all_or_nothing);
+    step!(multi_locks_in_opposite_orders_never_deadlock);
+    step!(a_multi_lock_gives_back_and_tells_of_any_loss);
     step!(elections_are_offered_or_refused);
     step!(one_leader_at_a_time_in_arrival_order);
     step!(observers_see_each_leader_in_order);
