@@ -158,8 +158,8 @@ mod resp;
 mod topology;
 pub mod zookeeper;
 
-pub use curator::{curator_bench, CuratorLock, CuratorLockBuilder};
-pub use etcd::{etcdctl, EtcdCluster, EtcdServer, EtcdctlLock};
+pub use curator::{curator_bench, CuratorLatch, CuratorLock, CuratorLockBuilder};
+pub use etcd::{etcdctl, EtcdCluster, EtcdServer, EtcdctlElect, EtcdctlLock};
 pub use netns::{cap_net_admin, Namespace, NetnsError, PrivateNet};
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;

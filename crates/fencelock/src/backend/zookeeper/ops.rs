@@ -94,7 +94,7 @@ impl Inner {
             Err(zk::Error::NoNode) => Vec::new(),
             other => other.map_err(fail)?,
         };
-        let paths: Vec<String> = recipe::sorted(listed)
+        let paths: Vec<String> = recipe::sorted(listed, recipe::Mark::Lock)
             .into_iter()
             .map(|c| format!("{dir}/{c}"))
             .collect();
