@@ -1341,3 +1341,51 @@ async fn a_mutex_and_an_election_of_one_name_refuse_each_other() {
     })
     .await;
 }
+
+/// An observer whose session is cut off fails (it cannot know what it missed) instead of
+/// reporting a stale leader for ever; called again once the servers can be reached, it
+/// follows anew and reports the leader as it is then, one that came meanwhile, never an
+/// older one. A participant that campaigns again and again alone leads with growing terms
+/// (the uncontended fast path takes the folder again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_observer_cut_off_fails_then_follows_anew() {
+    let zk = server();
+    within(60.0, "observer cut off", async {
+        let proxy = TcpProxy::start(zk.port()).unwrap();
+        let watching = proxied_client(&proxy, 2_000).await;
+        let c = client_at(&zk.url(), 10_000).await;
+        let election = c.election("cut");
+        let mut term = 0;
+        for _ in 0..3 {
+            let leading = election.campaign("alone").await.unwrap();
+            assert!(leading.term() > term);
+            term = leading.term();
+            leading.resign().await.unwrap();
+        }
+        let first = election.campaign("first").await.unwrap();
+        let mut observer = watching.election("cut").observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await.unwrap().term, first.term());
+        proxy.refuse_new(true);
+        proxy.cut();
+        let failed = within(10.0, "the cut-off observer fails", observer.changed()).await;
+        assert!(
+            matches!(failed, Err(Error::Unavailable { .. })),
+            "{failed:?}"
+        );
+        first.resign().await.unwrap();
+        let second = election.campaign("second").await.unwrap();
+        proxy.refuse_new(false);
+        let seen = within(20.0, "the observer follows anew", async {
+            loop {
+                match observer.changed().await {
+                    Ok(seen) => return seen,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        })
+        .await
+        .expect("a leader");
+        assert_eq!((seen.value.as_str(), seen.term), ("second", second.term()));
+    })
+    .await;
+}

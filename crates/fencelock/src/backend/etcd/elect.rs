@@ -7,7 +7,8 @@
 //! sends every event from there, in order, and the follower applies each to the keys it
 //! knows, so every change of leader is reported, in order (etcd's own `Observe` reports only
 //! puts, and dies silently after a compaction: etcd-io/etcd#7815, #18163). A compacted or
-//! cancelled watch, a broken stream or the lease's end ends it with an error.
+//! cancelled watch, a broken stream, the lease's end or its keep-alives unanswered within
+//! its TTL end it with an error.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -137,6 +138,7 @@ impl Follower {
             () = self.tx.closed() => return,
             () = self.session.holds.ended.cancelled() => "the client's etcd lease ended".into(),
             () = self.session.stopped() => "the client closed its etcd lease".into(),
+            () = self.unheard() => "no keep-alive answered within the lease's TTL".into(),
         };
         let error = Error::Unavailable {
             lock: Some(self.name.clone()),
@@ -144,6 +146,15 @@ impl Follower {
             detail: format!("etcd: {why}: the election's follower stopped"),
         };
         let _ = self.tx.send(Err(error)).await;
+    }
+
+    /// Resolves once no keep-alive was answered within the lease's TTL (minus the drift):
+    /// the connection may be gone, and with it the watch's events.
+    async fn unheard(&self) {
+        let every = (self.session.ttl / 4).max(std::time::Duration::from_millis(10));
+        while self.session.holds.is_live() {
+            tokio::time::sleep(every).await;
+        }
     }
 
     /// Reads the range, reports its head, then applies the watch's events from the next

@@ -5,7 +5,10 @@
 //! ZooKeeper's watches tell that something changed, not what: the follower reads the folder
 //! and the head's node again after each event, so a leader that came and went between two
 //! reads is not seen; what it reports is in order (each report comes from a read after the
-//! one before it) and terms only grow.
+//! one before it) and terms only grow. Through a connection loss the session's watches are
+//! set again by the client; the follower ends with an error when the session ends, or when
+//! it was not heard from within its timeout (events may have been missed), and
+//! `Observer::changed` then follows anew.
 
 use std::sync::Arc;
 
@@ -21,6 +24,9 @@ use crate::error::Error;
 
 /// How many reports a follower keeps for a reader that lags (the core keeps only changes).
 const FEED_ROOM: usize = 16;
+
+/// Why a follower stops when its session was not heard from in time.
+const UNHEARD: &str = "not heard from within the session timeout (the session may have expired)";
 
 /// The election's head as read: its path, its data and its stat.
 struct Head {
@@ -119,14 +125,18 @@ struct Follower {
 }
 
 impl Follower {
-    /// Looks until the receiver is dropped or the session ends (then sends the error).
+    /// Looks until the receiver is dropped (quietly), or until it cannot follow: the session
+    /// ended, the client stopped it, or it was not heard from within its timeout (it may have
+    /// expired: what the follower last reported may be stale). Then it sends the error.
     async fn run(self) {
+        let session = &self.session;
         loop {
             let step = tokio::select! {
                 step = self.look() => step,
                 () = self.tx.closed() => Step::Stop,
-                () = self.session.holds.ended.cancelled() => self.end().await,
-                () = self.session.stopped() => self.end().await,
+                () = session.holds.ended.cancelled() => self.end("the session ended").await,
+                () = session.stopped() => self.end("the client closed its session").await,
+                () = self.unheard() => self.end(UNHEARD).await,
             };
             if let Step::Stop = step {
                 return;
@@ -134,31 +144,34 @@ impl Follower {
         }
     }
 
-    /// The session ended (or the client stopped it): the follower cannot follow any more.
-    async fn end(&self) -> Step {
+    /// Resolves once the session was not heard from within its timeout (minus the drift).
+    async fn unheard(&self) {
+        let every = (self.session.timeout / 4).max(std::time::Duration::from_millis(10));
+        while self.session.holds.is_live() {
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    /// The follower cannot follow any more: sends why.
+    async fn end(&self, why: &str) -> Step {
         let error = Error::Unavailable {
             lock: Some(self.name.clone()),
             server: self.session.server.clone(),
-            detail: "the ZooKeeper session ended: the election's follower stopped".into(),
+            detail: format!("ZooKeeper: {why}: the election's follower stopped"),
         };
         let _ = self.tx.send(Err(error)).await;
         Step::Stop
     }
 
-    /// A failed request: looked at again after a pause when it was the connection (the
-    /// watches are set again with the session), else the error is sent.
+    /// A failed request: looked at again after a pause when it was the connection and the
+    /// session may live (its watches are set again when it reconnects), else the error is
+    /// sent.
     async fn failed(&self, e: zk::Error) -> Step {
-        if recipe::connection_lost(&e) {
+        if recipe::connection_lost(&e) && self.session.holds.is_live() {
             tokio::time::sleep(RETRY).await;
             return Step::Again;
         }
-        let error = Error::Unavailable {
-            lock: Some(self.name.clone()),
-            server: self.session.server.clone(),
-            detail: format!("ZooKeeper: {e}: the election's follower stopped"),
-        };
-        let _ = self.tx.send(Err(error)).await;
-        Step::Stop
+        self.end(&e.to_string()).await
     }
 
     /// Sends what was read; `false` when the receiver is gone.

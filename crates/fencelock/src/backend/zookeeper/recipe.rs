@@ -93,6 +93,19 @@ pub(crate) fn sorted(children: Vec<String>, mark: Mark) -> Vec<String> {
     split(children, mark).0
 }
 
+/// The children of either kind in sequence order (other children are left out).
+pub(crate) fn sorted_all(children: Vec<String>) -> Vec<String> {
+    let mut all: Vec<(u64, String)> = children
+        .into_iter()
+        .filter_map(|c| {
+            let seq = sequence(&c, Mark::Lock).or_else(|| sequence(&c, Mark::Latch));
+            seq.map(|s| (s, c))
+        })
+        .collect();
+    all.sort();
+    all.into_iter().map(|(_, c)| c).collect()
+}
+
 /// The children of kind `mark` in sequence order, and the other kind's first child (lowest
 /// sequence) with its sequence, if any.
 pub(crate) fn split(children: Vec<String>, mark: Mark) -> (Vec<String>, Option<(u64, String)>) {
@@ -405,6 +418,14 @@ mod tests {
         let (latches, other) = split(children, Mark::Latch);
         assert_eq!(latches, ["_c_c-latch-0000000001", "_c_b-latch-0000000012"]);
         assert_eq!(other, Some((2, "_c_d-lock-0000000002".to_owned())));
+        assert_eq!(
+            sorted_all(vec![
+                "_c_b-latch-0000000012".to_owned(),
+                "x".to_owned(),
+                "_c_a-lock-0000000003".to_owned(),
+            ]),
+            ["_c_a-lock-0000000003", "_c_b-latch-0000000012"]
+        );
         assert_eq!(sequence("_c_x-latch-0000000007", Mark::Lock), None);
         assert_eq!(seq_of("/f/_c_x-latch-0000000007"), 7);
         assert_eq!(seq_of("/f/_c_x-lock-0000000008"), 8);
