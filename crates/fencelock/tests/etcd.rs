@@ -617,3 +617,48 @@ async fn a_revoked_lease_hands_leadership_on() {
     })
     .await;
 }
+
+/// A leader cut off from etcd (no keep-alive gets through) is told so (`lost()`, by its
+/// lease's deadline) before the waiting participant leads (once the server expired the
+/// lease), and an observer sees the handover with a larger term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cut_off_leader_is_told_before_the_next_leads() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "a cut-off leader", async {
+        let proxy = fencelock_testkit::TcpProxy::start(etcd.port()).expect("proxy");
+        let a = client_at(&format!("etcd://{}", proxy.connect_string()), 2_000).await;
+        let b = client_at(&url, 10_000).await;
+        let mut observer = b.election("cut").observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+        let leading = a.election("cut").campaign("doomed").await.unwrap();
+        assert_eq!(next_leader(&mut observer).await.unwrap().value, "doomed");
+        let waiting = tokio::spawn({
+            let election = b.election("cut");
+            async move { election.campaign("next").await }
+        });
+        until_keys(&eps, "cut", 2).await;
+        proxy.refuse_new(true);
+        proxy.cut();
+        let told = async {
+            leading.lost().await;
+            Instant::now()
+        };
+        let led = async {
+            let next = waiting.await.unwrap().unwrap();
+            (next, Instant::now())
+        };
+        let (told, (next, led)) = within(20.0, "told, then the waiter leads", async {
+            tokio::join!(told, led)
+        })
+        .await;
+        assert!(
+            told <= led,
+            "the cut-off leader was told after the next one led"
+        );
+        assert!(next.term() > leading.term());
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("next", next.term()));
+    })
+    .await;
+}

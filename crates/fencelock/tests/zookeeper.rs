@@ -1248,8 +1248,8 @@ async fn election_leader_proclaim_and_observe_in_order() {
 }
 
 /// A leader whose session is lost (its connection cut, no reconnection: the server expires
-/// the session) is told so (`lost()`), the waiting participant leads after it, and an
-/// observer sees the handover. A proclaim of the deposed leader fails with `LockLost`.
+/// the session) is told so (`lost()`) before the waiting participant leads, and an observer
+/// sees the handover. A proclaim of the deposed leader fails with `LockLost`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_session_hands_leadership_on() {
     let zk = server();
@@ -1271,11 +1271,22 @@ async fn a_lost_session_hands_leadership_on() {
             .await;
         proxy.refuse_new(true);
         proxy.cut();
-        within(10.0, "the cut-off leader is told", leading.lost()).await;
-        let next = within(15.0, "the waiter leads once the session expired", waiting)
-            .await
-            .unwrap()
-            .unwrap();
+        let told = async {
+            leading.lost().await;
+            Instant::now()
+        };
+        let led = async {
+            let next = waiting.await.unwrap().unwrap();
+            (next, Instant::now())
+        };
+        let (told, (next, led)) = within(15.0, "told, then the waiter leads", async {
+            tokio::join!(told, led)
+        })
+        .await;
+        assert!(
+            told <= led,
+            "the cut-off leader was told after the next one led"
+        );
         assert!(next.term() > leading.term());
         let seen = next_leader(&mut observer).await.unwrap();
         assert_eq!((seen.value.as_str(), seen.term), ("next", next.term()));
