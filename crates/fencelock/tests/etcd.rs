@@ -662,3 +662,18 @@ async fn a_cut_off_leader_is_told_before_the_next_leads() {
     })
     .await;
 }
+
+/// Four participants of two clients, campaigning and resigning in turn: one leader at a time,
+/// terms that grow, an observer that never goes back to an older leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn participants_of_two_clients_lead_one_at_a_time() {
+    let etcd = server();
+    within(60.0, "one leader at a time", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::one_leader_at_a_time(&a, &b, "turns", 10).await;
+    })
+    .await;
+}

@@ -1400,3 +1400,18 @@ async fn an_observer_cut_off_fails_then_follows_anew() {
     })
     .await;
 }
+
+/// Four participants of two clients, campaigning and resigning in turn: one leader at a time,
+/// terms that grow, an observer that never goes back to an older leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn participants_of_two_clients_lead_one_at_a_time() {
+    let zk = server();
+    within(60.0, "one leader at a time", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::one_leader_at_a_time(&a, &b, "turns", 10).await;
+    })
+    .await;
+}

@@ -198,3 +198,63 @@ pub async fn etcd_raw(endpoints: &str) -> etcd_client::Client {
         .await
         .expect("raw etcd client")
 }
+
+/// Participants of two clients (two each) campaign and resign `rounds` times each on
+/// election `name`: never two leaders at once, every leader's term above the one before,
+/// and an observer's reports in term order (never an older leader after a newer one).
+pub async fn one_leader_at_a_time(a: &Client, b: &Client, name: &str, rounds: u64) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let inside = Arc::new(AtomicBool::new(false));
+    let last = Arc::new(Mutex::new(0u64));
+    let mut observer = b.election(name).observe().await.expect("observe");
+    let watching = tokio::spawn(async move {
+        let mut high = 0;
+        let mut leaders = 0;
+        while let Ok(seen) = observer.changed().await {
+            if let Some(leader) = seen {
+                assert!(
+                    leader.term >= high,
+                    "an older leader reported after a newer one"
+                );
+                high = leader.term;
+                leaders += 1;
+            }
+        }
+        leaders
+    });
+    let elections = [
+        a.election(name),
+        a.election(name),
+        b.election(name),
+        b.election(name),
+    ];
+    let mut tasks = Vec::new();
+    for (i, election) in elections.into_iter().enumerate() {
+        let (inside, last) = (inside.clone(), last.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..rounds {
+                let leading = election.campaign(&format!("p{i}")).await.expect("campaign");
+                assert!(!inside.swap(true, Ordering::SeqCst), "two leaders");
+                {
+                    let mut last = last.lock().unwrap();
+                    assert!(leading.term() > *last, "a term that does not grow");
+                    *last = leading.term();
+                }
+                tokio::time::sleep(Duration::from_millis(1 + (round + i as u64) % 3)).await;
+                inside.store(false, Ordering::SeqCst);
+                leading.resign().await.expect("resign");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("participant");
+    }
+    assert_eq!(b.election(name).leader().await.expect("leader"), None);
+    // A failed check ends the observer's task: its panic is the test's.
+    if watching.is_finished() {
+        watching.await.expect("the observer's checks");
+    } else {
+        watching.abort();
+    }
+}
