@@ -1415,3 +1415,47 @@ async fn participants_of_two_clients_lead_one_at_a_time() {
     })
     .await;
 }
+
+/// A Java `LeaderLatch` that leads and is killed (SIGKILL): once the server expires its
+/// session (2 s), the waiting fencelock participant leads, and an observer sees the handover
+/// from Java's participant id to fencelock's value, with a larger term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_leader_latch_hands_leadership_on() {
+    let zk = server();
+    within(60.0, "a killed LeaderLatch", async {
+        let c = client_at(&zk.url(), 10_000).await;
+        let mut observer = c.election("killed").observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+        let java = fencelock_testkit::CuratorLatch::spawn(
+            &zk.connect_string(),
+            "/fencelock/killed",
+            "java-killed",
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        let java = tokio::task::spawn_blocking(move || {
+            java.wait_leading(Duration::from_secs(30)).map(|_| java)
+        });
+        let mut java = java.await.unwrap().unwrap();
+        let theirs = next_leader(&mut observer).await.unwrap();
+        assert_eq!(theirs.value, "java-killed");
+        let waiting = tokio::spawn({
+            let election = c.election("killed");
+            async move { election.campaign("rust").await }
+        });
+        Peek::connect(&zk.connect_string())
+            .await
+            .until_count("killed", 2, 10.0)
+            .await;
+        java.kill();
+        let leading = within(15.0, "fencelock leads once Java's session expired", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(leading.term() > theirs.term);
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("rust", leading.term()));
+        leading.resign().await.unwrap();
+    })
+    .await;
+}
