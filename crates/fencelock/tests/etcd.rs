@@ -677,3 +677,17 @@ async fn participants_of_two_clients_lead_one_at_a_time() {
     })
     .await;
 }
+
+/// A forced unlock of an election's name deposes its leader (see the helper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forced_unlock_deposes_the_leader() {
+    let etcd = server();
+    within(60.0, "forced unlock of a leader", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::a_forced_unlock_deposes_the_leader(&a, &b, "deposed").await;
+    })
+    .await;
+}

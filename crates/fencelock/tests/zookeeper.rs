@@ -1459,3 +1459,17 @@ async fn a_killed_leader_latch_hands_leadership_on() {
     })
     .await;
 }
+
+/// A forced unlock of an election's name deposes its leader (see the helper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forced_unlock_deposes_the_leader() {
+    let zk = server();
+    within(60.0, "forced unlock of a leader", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::a_forced_unlock_deposes_the_leader(&a, &b, "deposed").await;
+    })
+    .await;
+}

@@ -258,3 +258,48 @@ pub async fn one_leader_at_a_time(a: &Client, b: &Client, name: &str, rounds: u6
         watching.abort();
     }
 }
+
+/// `Client::force_unlock` of an election's name deposes its leader: the leader is told
+/// (`lost()`), its proclaim fails with `LockLost`, status showed it as the holder, and the
+/// waiting participant leads with a larger term.
+pub async fn a_forced_unlock_deposes_the_leader(a: &Client, b: &Client, name: &str) {
+    let mut leading = a.election(name).campaign("first").await.expect("campaign");
+    let status = b.status(name).await.expect("status");
+    assert!(
+        status.held,
+        "status shows the election's leader as the holder"
+    );
+    let waiting = tokio::spawn({
+        let election = b.election(name);
+        async move { election.campaign("second").await }
+    });
+    within(10.0, "the waiter queues", async {
+        while b.status(name).await.expect("status").waiters.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let removed = b.force_unlock(name).await.expect("force_unlock");
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    within(10.0, "the deposed leader is told", leading.lost()).await;
+    assert!(matches!(
+        leading.proclaim("late").await,
+        Err(fencelock::Error::LockLost { .. })
+    ));
+    let next = within(10.0, "the waiter leads", waiting)
+        .await
+        .expect("task")
+        .expect("campaign");
+    assert!(next.term() > leading.term());
+    let leader = a
+        .election(name)
+        .leader()
+        .await
+        .expect("leader")
+        .expect("one");
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("second", next.term())
+    );
+    next.resign().await.expect("resign");
+}
