@@ -8,7 +8,7 @@ ensure_servers
 # integration tests run last, so the run ends on their summary line.
 cargo test --workspace --all-features --doc
 # The examples README names run against throwaway servers from the test kit.
-for example in cron_guard lost_worker fenced_sql any_backend; do
+for example in cron_guard lost_worker standby fenced_sql any_backend; do
   cargo run --quiet -p fencelock --all-features --example "$example" >/dev/null
 done
 if cargo nextest --version >/dev/null 2>&1; then

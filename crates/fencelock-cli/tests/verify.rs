@@ -137,6 +137,54 @@ async fn verify_zookeeper_with_kill_and_session_expiry_is_clean() {
     verify_expiry("zookeeper", "session-expiry", "ZooKeeper").await;
 }
 
+/// `--primitive election` (issue 25, point 6) on one Redis, ZooKeeper and etcd: leaders
+/// write with their term under client pauses and kills; the run is clean (no unfenced
+/// overlap, no stale write, terms in order, no lost update), every client observed the
+/// election and no observer reported an older leader or another leader for a term.
+async fn verify_election(backend: &str, seed: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--backend", backend, "--primitive", "election"];
+    let run = [
+        "--faults",
+        "pause,kill",
+        "--seed",
+        seed,
+        "--duration",
+        "12s",
+    ];
+    let out = verify(
+        &[&args[..], &run[..], &["--no-control"]].concat(),
+        dir.path(),
+    )
+    .await;
+    assert_clean(&out, dir.path());
+    let report = report(dir.path());
+    assert_eq!(report["primitive"], "election");
+    let run = &report["runs"][0];
+    assert_eq!(count(run, "observer_breaks"), 0, "{}", text(&out));
+    let observed = run["verdict"]["observed"].as_u64().unwrap();
+    assert!(
+        observed >= 10,
+        "{observed} observer reports: {}",
+        text(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_election_on_one_redis_is_clean() {
+    verify_election("redis", "21").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_election_on_zookeeper_is_clean() {
+    verify_election("zookeeper", "22").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_election_on_etcd_is_clean() {
+    verify_election("etcd", "23").await;
+}
+
 /// The network faults of a run: with CAP_NET_ADMIN each ran, happened (with the evidence
 /// of its mechanism) and the run is clean; without it, each is listed as skipped with that
 /// reason, and the run of the other faults still passes.
@@ -434,6 +482,14 @@ async fn bad_flags_are_usage_errors() {
     assert_eq!(out.status.code(), Some(USAGE));
     let out = verify(&["--clients", "0"], dir.path()).await;
     assert_eq!(out.status.code(), Some(USAGE));
+    let redlock = ["--backend", "redlock", "--primitive", "election"];
+    let out = verify(&redlock, dir.path()).await;
+    assert_eq!(out.status.code(), Some(USAGE), "{}", text(&out));
+    assert!(
+        text(&out).contains("not offered by RedLock"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// Issue 23 point 11: a run in which no fault happened (etcd has no session-expiry fault:

@@ -1,5 +1,6 @@
-//! Apache Curator's `InterProcessMutex` in a Java process of its own, driven line by line, to
-//! check that fencelock's ZooKeeper locks and Curator's exclude each other.
+//! Apache Curator's `InterProcessMutex` and `LeaderLatch` in Java processes of their own,
+//! driven line by line, to check that fencelock's ZooKeeper locks and Curator's exclude each
+//! other, and that their elections see one leader at a time.
 
 use std::collections::hash_map::DefaultHasher;
 use std::fs;
@@ -19,6 +20,7 @@ use crate::TestkitError;
 /// The programs' sources, compiled together on first use.
 const SOURCE: &str = include_str!("../java/CuratorLock.java");
 const BENCH_SOURCE: &str = include_str!("../java/CuratorBench.java");
+const LATCH_SOURCE: &str = include_str!("../java/CuratorLatch.java");
 
 /// Curator 5.4 from Debian (`libcurator-recipes-java`; its manifest names the framework, the
 /// client, ZooKeeper, Guava and slf4j), and slf4j's simple binding (logs on stderr).
@@ -31,7 +33,7 @@ const CURATOR_HINT: &str =
 /// How long `release` waits for `RELEASED` and the exit.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Compiles `CuratorLock.java` and `CuratorBench.java` once per sources, Java and class path: into
+/// Compiles `CuratorLock.java`, `CuratorBench.java` and `CuratorLatch.java` once per sources, Java and class path: into
 /// `$TMPDIR/fencelock-curator-<hash>/`, shared by every test process (built in a folder of
 /// its own, then renamed into place, so that processes compiling at once do not collide).
 /// The compiler is the JDK's `jdk.compiler` module run by `java` itself, which Debian's
@@ -42,17 +44,19 @@ fn compiled(java: &PathBuf, cp: &str) -> Result<PathBuf, TestkitError> {
         .get_or_init(|| compile(java, cp).map_err(|e| e.to_string()))
         .clone()
         .map_err(|detail| TestkitError::Start {
-            detail: format!("compiling CuratorLock.java and CuratorBench.java: {detail}"),
+            detail: format!("compiling the Curator programs: {detail}"),
         })
 }
 
 fn compile(java: &PathBuf, cp: &str) -> Result<PathBuf, TestkitError> {
     let mut hasher = DefaultHasher::new();
-    (SOURCE, BENCH_SOURCE, java, cp).hash(&mut hasher);
+    (SOURCE, BENCH_SOURCE, LATCH_SOURCE, java, cp).hash(&mut hasher);
     let tmp = std::env::temp_dir();
     let target = tmp.join(format!("fencelock-curator-{:016x}", hasher.finish()));
     let built = |dir: &std::path::Path| {
-        dir.join("CuratorLock.class").is_file() && dir.join("CuratorBench.class").is_file()
+        ["CuratorLock", "CuratorBench", "CuratorLatch"]
+            .iter()
+            .all(|c| dir.join(format!("{c}.class")).is_file())
     };
     if built(&target) {
         return Ok(target);
@@ -64,6 +68,8 @@ fn compile(java: &PathBuf, cp: &str) -> Result<PathBuf, TestkitError> {
     fs::write(&source, SOURCE)?;
     let bench = build.path().join("CuratorBench.java");
     fs::write(&bench, BENCH_SOURCE)?;
+    let latch = build.path().join("CuratorLatch.java");
+    fs::write(&latch, LATCH_SOURCE)?;
     let out = Command::new(java)
         .args([
             "-m",
@@ -76,6 +82,7 @@ fn compile(java: &PathBuf, cp: &str) -> Result<PathBuf, TestkitError> {
         .arg(cp)
         .arg(&source)
         .arg(&bench)
+        .arg(&latch)
         .stdin(Stdio::null())
         .output()?;
     if !out.status.success() {
@@ -140,6 +147,30 @@ struct Output {
     closed: bool,
 }
 
+type Lines = Arc<(Mutex<Output>, Condvar)>;
+
+/// Reads a program's stdout line by line in a thread of its own.
+fn read_lines(stdout: Option<std::process::ChildStdout>) -> Lines {
+    let output: Lines = Arc::new((Mutex::new(Output::default()), Condvar::new()));
+    let shared = output.clone();
+    std::thread::spawn(move || {
+        let (lock, changed) = &*shared;
+        if let Some(stdout) = stdout {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                lock.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .lines
+                    .push(line);
+                changed.notify_all();
+            }
+        }
+        lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+        changed.notify_all();
+    });
+    output
+}
+
 /// Options for [`CuratorLock`].
 #[derive(Debug, Clone)]
 pub struct CuratorLockBuilder {
@@ -188,24 +219,7 @@ impl CuratorLockBuilder {
             .stderr(log)
             .spawn()?;
         let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let output = Arc::new((Mutex::new(Output::default()), Condvar::new()));
-        let shared = output.clone();
-        std::thread::spawn(move || {
-            let (lock, changed) = &*shared;
-            if let Some(stdout) = stdout {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    lock.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .lines
-                        .push(line);
-                    changed.notify_all();
-                }
-            }
-            lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
-            changed.notify_all();
-        });
+        let output = read_lines(child.stdout.take());
         Ok(CuratorLock {
             path: self.path,
             child: Some(child),
@@ -419,6 +433,173 @@ impl Drop for CuratorLock {
         if std::thread::panicking() {
             eprintln!(
                 "---- CuratorLock on {} ----\nstdout: {:?}\n{}\n---- end of log ----",
+                self.path,
+                self.lines(),
+                self.log_tail(100)
+            );
+        }
+    }
+}
+
+/// A Java process running Curator's `LeaderLatch` on one election path.
+///
+/// The program (`java/CuratorLatch.java` in this crate, compiled with [`CuratorLock`]'s)
+/// takes `<connect string> <latch path> <participant id> <session-ms>`, connects, starts the
+/// latch (its node is `<path>/_c_<uuid>-latch-<10-digit sequence>`, the participant id as
+/// data; the lowest sequence leads) and prints one line per event on stdout: `CONNECTED
+/// <session id>`, `STARTED <latch node>`, `leading <latch node>` (Curator's `isLeader`
+/// callback), `notleading`, `STATE <Curator connection state> <session id>`, `closed` (after
+/// the line `close` on its stdin, or its end: the latch is closed, its node deleted, and the
+/// program exits 0) or `ERROR <text>`. Killed by its PID on drop; Curator's log (stderr) is
+/// printed when the handle drops during a panic.
+#[derive(Debug)]
+pub struct CuratorLatch {
+    path: String,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    output: Lines,
+    dir: tempfile::TempDir,
+}
+
+impl CuratorLatch {
+    /// Starts a participant `id` of the election at `path` (e.g. `/fencelock/leader`) through
+    /// the servers in `connect`, with a session timeout of `session`.
+    pub fn spawn(
+        connect: &str,
+        path: &str,
+        id: &str,
+        session: Duration,
+    ) -> Result<Self, TestkitError> {
+        let (java, cp, classes) = curator_program()?;
+        let dir = tempfile::Builder::new()
+            .prefix("fencelock-latch-")
+            .tempdir()?;
+        let log = fs::File::create(dir.path().join("curator.log"))?;
+        let mut child = Command::new(&java)
+            .args(JVM_OPTIONS)
+            .arg("-Xmx64m")
+            .arg("-cp")
+            .arg(format!("{}:{cp}", classes.display()))
+            .arg("CuratorLatch")
+            .args([connect, path, id])
+            .arg(session.as_millis().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let output = read_lines(child.stdout.take());
+        Ok(Self {
+            path: path.to_owned(),
+            child: Some(child),
+            stdin,
+            output,
+            dir,
+        })
+    }
+
+    /// Every line the program printed so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.output
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lines
+            .clone()
+    }
+
+    /// The rest of the first line that starts with `word` and a space (or is `word`), if any.
+    pub fn line(&self, word: &str) -> Option<String> {
+        find(&self.lines(), word)
+    }
+
+    /// Waits for the first line that starts with `word` and returns the rest of it. Fails if
+    /// the program prints `ERROR`, closes its output first or takes longer than `timeout`.
+    pub fn wait_line(&self, word: &str, timeout: Duration) -> Result<String, TestkitError> {
+        let deadline = Instant::now() + timeout;
+        let (lock, changed) = &*self.output;
+        let mut out = lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(rest) = find(&out.lines, word) {
+                return Ok(rest);
+            }
+            let fail = |why: String| TestkitError::Process {
+                detail: format!("CuratorLatch on {}: no {word}: {why}", self.path),
+            };
+            if let Some(error) = find(&out.lines, "ERROR") {
+                return Err(fail(format!("ERROR {error}")));
+            }
+            if out.closed {
+                return Err(fail(format!("output closed after {:?}", out.lines)));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(fail(format!(
+                    "not within {timeout:?}; lines {:?}",
+                    out.lines
+                )));
+            }
+            out = changed
+                .wait_timeout(out, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Waits until the latch's node exists (at most `timeout`) and returns its path.
+    pub fn wait_started(&self, timeout: Duration) -> Result<String, TestkitError> {
+        self.wait_line("STARTED", timeout)
+    }
+
+    /// Waits until the latch leads (at most `timeout`) and returns its node's path.
+    pub fn wait_leading(&self, timeout: Duration) -> Result<String, TestkitError> {
+        self.wait_line("leading", timeout)
+    }
+
+    /// Whether the latch has reported leading.
+    pub fn leading(&self) -> bool {
+        self.line("leading").is_some()
+    }
+
+    /// Closes the latch (its node is deleted), waits for `closed` and the exit (at most 15 s).
+    pub fn close(&mut self) -> Result<(), TestkitError> {
+        if let Some(stdin) = self.stdin.as_mut() {
+            stdin.write_all(b"close\n")?;
+            stdin.flush()?;
+        }
+        self.wait_line("closed", RELEASE_TIMEOUT)?;
+        if let Some(mut child) = self.child.take() {
+            let status = child.wait()?;
+            if !status.success() {
+                return Err(TestkitError::Process {
+                    detail: format!("CuratorLatch on {} exited with {status}", self.path),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills the process (SIGKILL) and waits for it to exit. Its node stays until the server
+    /// expires its session.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The last `lines` lines of Curator's log (the program's stderr).
+    pub fn log_tail(&self, lines: usize) -> String {
+        crate::tail(&self.dir.path().join("curator.log"), lines)
+    }
+}
+
+impl Drop for CuratorLatch {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- CuratorLatch on {} ----\nstdout: {:?}\n{}\n---- end of log ----",
                 self.path,
                 self.lines(),
                 self.log_tail(100)

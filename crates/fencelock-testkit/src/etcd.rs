@@ -542,3 +542,109 @@ impl Drop for EtcdctlLock {
         }
     }
 }
+
+/// `etcdctl elect` in a process of its own: a participant (`etcdctl elect NAME VALUE`, etcd's
+/// `concurrency.Election.Campaign`), which prints the leader's key and value on two lines
+/// once it leads and resigns on SIGTERM; or an observer (`etcdctl elect -l NAME`,
+/// `Election.Observe`), which prints the key and value of each leader it sees. NAME is the
+/// whole key prefix (e.g. `/fencelock/leader`). etcdctl 3.4's session has a 60 s TTL: a
+/// participant is ended with SIGTERM ([`resign`](Self::resign)), never killed, so that its key
+/// goes at once. Stopped (SIGTERM, then SIGKILL) by its PID on drop.
+#[derive(Debug)]
+pub struct EtcdctlElect {
+    child: Option<Child>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl EtcdctlElect {
+    /// Starts a participant of election `name` that advertises `value`.
+    pub fn campaign(endpoints: &str, name: &str, value: &str) -> Result<Self, TestkitError> {
+        Self::spawn(endpoints, &[name, value])
+    }
+
+    /// Starts an observer of election `name`.
+    pub fn observe(endpoints: &str, name: &str) -> Result<Self, TestkitError> {
+        Self::spawn(endpoints, &["-l", name])
+    }
+
+    fn spawn(endpoints: &str, args: &[&str]) -> Result<Self, TestkitError> {
+        let mut child = Command::new(etcdctl_program()?)
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={endpoints}"))
+            .arg("elect")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout: Option<ChildStdout> = child.stdout.take();
+        let (tx, lines) = mpsc::channel();
+        if let Some(stdout) = stdout {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        Ok(Self {
+            child: Some(child),
+            lines,
+        })
+    }
+
+    /// The next (key, value) pair it printed, waiting at most `timeout`: for a participant,
+    /// its own key and value once it leads; for an observer, the next leader.
+    pub fn next_leader(&mut self, timeout: Duration) -> Result<(String, String), TestkitError> {
+        let deadline = Instant::now() + timeout;
+        let next = || {
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.lines
+                .recv_timeout(left)
+                .map_err(|e| TestkitError::Process {
+                    detail: format!("etcdctl elect printed no leader within {timeout:?}: {e}"),
+                })
+        };
+        let key = next()?;
+        let value = next()?;
+        Ok((key, value))
+    }
+
+    /// Whether it printed a leader within `timeout` (a participant: whether it leads).
+    pub fn leads_within(&mut self, timeout: Duration) -> bool {
+        self.next_leader(timeout).is_ok()
+    }
+
+    /// Ends it with SIGTERM (a participant resigns: its key is deleted) and waits for the
+    /// exit.
+    pub fn resign(mut self) -> Result<(), TestkitError> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        crate::signal(Some(child.id()), Signal::SIGTERM);
+        let status = child.wait()?;
+        // etcdctl exits 0 after a resign, or with an error when signalled while campaigning.
+        match status.code() {
+            Some(_) => Ok(()),
+            None => Err(TestkitError::Process {
+                detail: format!("etcdctl elect ended with {status}"),
+            }),
+        }
+    }
+}
+
+impl Drop for EtcdctlElect {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            crate::signal(Some(child.id()), Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -51,7 +51,8 @@
 //!
 //! [`CuratorLock`] runs Apache Curator's `InterProcessMutex` (Debian's
 //! `libcurator-recipes-java`) in a Java process of its own, driven line by line, so that
-//! tests can check that fencelock's ZooKeeper locks and Curator's exclude each other:
+//! tests can check that fencelock's ZooKeeper locks and Curator's exclude each other;
+//! [`CuratorLatch`] runs Curator's `LeaderLatch` the same way, for elections:
 //!
 //! ```no_run
 //! use fencelock_testkit::{CuratorLock, ZooKeeperServer};
@@ -124,7 +125,8 @@
 //! restart with its data. Members run with a 50 ms heartbeat and a 500 ms election timeout,
 //! so the smallest lease TTL etcd grants is 1 s. [`EtcdCluster`] starts three members and
 //! tells which one leads. [`EtcdctlLock`] holds a lock with `etcdctl lock NAME -- CMD`
-//! (`apt-get install etcd-client`), for the interop tests.
+//! (`apt-get install etcd-client`), and [`EtcdctlElect`] campaigns or observes with
+//! `etcdctl elect`, for the interop tests.
 //!
 //! ```no_run
 //! use fencelock_testkit::{EtcdCluster, EtcdServer, EtcdctlLock};
@@ -158,8 +160,8 @@ mod resp;
 mod topology;
 pub mod zookeeper;
 
-pub use curator::{curator_bench, CuratorLock, CuratorLockBuilder};
-pub use etcd::{etcdctl, EtcdCluster, EtcdServer, EtcdctlLock};
+pub use curator::{curator_bench, CuratorLatch, CuratorLock, CuratorLockBuilder};
+pub use etcd::{etcdctl, EtcdCluster, EtcdServer, EtcdctlElect, EtcdctlLock};
 pub use netns::{cap_net_admin, Namespace, NetnsError, PrivateNet};
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::election::Election;
 use crate::error::{Result, Warning};
 use crate::lock::Lock;
+use crate::multi::MultiLock;
 use crate::options::ClientOptions;
 use crate::shared::Shared;
 use crate::status::LockStatus;
@@ -85,6 +86,16 @@ impl Client {
     /// `}`) is reported by the handle's first operation, before any I/O.
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.inner.clone(), name, self.inner.next_owner())
+    }
+
+    /// A handle on the locks `names`, taken all or nothing by one guard (see [`MultiLock`]):
+    /// in one global order (the names' byte order), whatever order they are given in, so two
+    /// multi-locks never wait for each other in a cycle; what was taken is given back when a
+    /// lock cannot be had or the caller gives up. One owner id for all of them. From 1 to
+    /// [`crate::MAX_MULTI_LOCKS`] distinct names, checked with the names' rules by the first
+    /// operation, before any I/O.
+    pub fn multi_lock(&self, names: &[&str]) -> MultiLock {
+        MultiLock::new(&self.inner, names)
     }
 
     /// A handle on the leader election `name` (see [`Election`]). Cheap; no I/O. A name is

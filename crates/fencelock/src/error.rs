@@ -129,6 +129,20 @@ pub enum InputError {
         /// The maximum.
         max: usize,
     },
+    /// A multi-lock names no lock, or more than [`crate::MAX_MULTI_LOCKS`].
+    #[error("a multi-lock of {len} locks: it takes from 1 to {max}")]
+    MultiLockSize {
+        /// How many names were given.
+        len: usize,
+        /// The most a multi-lock takes.
+        max: usize,
+    },
+    /// A multi-lock names one lock twice.
+    #[error("a multi-lock names lock {name:?} twice")]
+    DuplicateName {
+        /// The name given twice.
+        name: String,
+    },
     /// A client option out of its range.
     #[error("option {option} is invalid: {reason}")]
     InvalidOption {

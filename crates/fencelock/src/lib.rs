@@ -30,6 +30,7 @@ pub mod fenced;
 mod guard;
 mod lease;
 mod lock;
+mod multi;
 mod name;
 mod options;
 mod redact;
@@ -50,6 +51,7 @@ pub use error::{Error, InputError, Result, Warning};
 pub use guard::Guard;
 pub use lease::LostReason;
 pub use lock::{Contended, Lock};
+pub use multi::{MultiContended, MultiGuard, MultiLock, MAX_MULTI_LOCKS};
 pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};
 pub use options::{
     ClientOptions, LockOptions, DEFAULT_FENCE_HORIZON, MAX_FENCE_HORIZON, MAX_LEASE, MAX_TIMEOUT,

@@ -152,6 +152,11 @@ impl Lock {
         })
     }
 
+    /// The input checks of an acquire alone, before any I/O.
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.checked().map(|_| ())
+    }
+
     /// Asks the service for a holding of `kind`, and makes a guard of what it granted.
     pub(crate) async fn ask(&self, kind: Kind<'_>, wait: Wait) -> Result<Result<Guard, Contended>> {
         let mut request = self.checked()?;

@@ -21,6 +21,10 @@
 //! `topology` group (one at a time): `.config/nextest.toml`.
 
 mod common;
+#[path = "conformance/election.rs"]
+mod election;
+#[path = "conformance/multi.rs"]
+mod multi;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,8 +33,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{short_lease as lease, within};
+use election::{
+    a_cut_off_leader_is_told_before_the_next_leads, elections_are_offered_or_refused,
+    observers_see_each_leader_in_order, one_leader_at_a_time_in_arrival_order,
+};
 use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, LostReason, Released};
 use fencelock_testkit::TcpProxy;
+use multi::{
+    a_multi_lock_gives_back_and_tells_of_any_loss, a_multi_lock_is_all_or_nothing,
+    bad_multi_locks_are_refused_before_any_io, multi_locks_in_opposite_orders_never_deadlock,
+};
 use tokio::time::Instant;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -84,6 +96,9 @@ struct Caps {
     /// A client's locks live in one session (ZooKeeper) or lease (etcd), which
     /// `Deployment::end_session` ends on demand: its end tells every guard of the client.
     sessions: bool,
+    /// Leader elections (`Client::election`) are offered; otherwise every election call fails
+    /// with `Error::Unsupported` (RedLock: no server queue to agree on the next leader).
+    election: bool,
 }
 
 #[cfg(feature = "redis")]
@@ -104,6 +119,7 @@ const REDIS: Caps = Caps {
     long_pause: true,
     waits_through_a_pause: false,
     sessions: false,
+    election: true,
 };
 
 /// An entry of a lock on the servers: a holder or a waiter's place (Redis: an owner in the
@@ -250,6 +266,7 @@ mod redis_family {
         fn caps(&self) -> Caps {
             Caps {
                 waiter_queue: false,
+                election: false,
                 ..REDIS
             }
         }
@@ -562,6 +579,7 @@ mod zk {
         long_pause: true,
         waits_through_a_pause: true,
         sessions: true,
+        election: true,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -756,6 +774,7 @@ mod etcd {
         long_pause: true,
         waits_through_a_pause: true,
         sessions: true,
+        election: true,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -1869,6 +1888,14 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(a_client_cut_off_tells_every_guard_by_the_deadline);
     step!(the_granted_lease_is_every_guards_lease);
     step!(declared_capabilities_hold);
+    step!(bad_multi_locks_are_refused_before_any_io);
+    step!(a_multi_lock_is_all_or_nothing);
+    step!(multi_locks_in_opposite_orders_never_deadlock);
+    step!(a_multi_lock_gives_back_and_tells_of_any_loss);
+    step!(elections_are_offered_or_refused);
+    step!(one_leader_at_a_time_in_arrival_order);
+    step!(observers_see_each_leader_in_order);
+    step!(a_cut_off_leader_is_told_before_the_next_leads);
 }
 
 /// One test per deployment: it starts the deployment once and runs every behaviour on it.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{client_at, etcd_keys, etcd_lease_ttl, within};
 use fencelock::{Client, ClientOptions, Error, InputError, Released};
-use fencelock_testkit::{etcdctl, EtcdCluster, EtcdServer, EtcdctlLock};
+use fencelock_testkit::{etcdctl, EtcdCluster, EtcdServer, EtcdctlElect, EtcdctlLock};
 use tokio::time::Instant;
 
 fn server() -> EtcdServer {
@@ -418,4 +418,276 @@ async fn credentials_from_the_url_or_the_options_and_never_shown() {
     })
     .await;
     let _ = etcdctl(&eps, &[&admin[..], &["auth", "disable"]].concat());
+}
+
+// ---- Elections (issue 25): `concurrency.Election`'s layout, `<prefix>/<name>/<lease hex>`
+// with the value as the key's value; the lowest create revision leads and is the term.
+
+/// The next report of an observer, within 10 s.
+async fn next_leader(observer: &mut fencelock::Observer) -> Option<fencelock::Leader> {
+    within(10.0, "the observer's next report", observer.changed())
+        .await
+        .expect("the observer follows")
+}
+
+/// Runs `f` on an `etcdctl elect` process in a blocking task, and hands the process back.
+async fn blocking<T: Send + 'static>(
+    mut elect: EtcdctlElect,
+    f: impl FnOnce(&mut EtcdctlElect) -> T + Send + 'static,
+) -> (EtcdctlElect, T) {
+    tokio::task::spawn_blocking(move || {
+        let got = f(&mut elect);
+        (elect, got)
+    })
+    .await
+    .unwrap()
+}
+
+/// `etcdctl elect NAME VALUE` (etcd's `concurrency.Election`) and fencelock participants
+/// elect one leader at a time, both ways; `etcdctl elect -l NAME` sees fencelock's leader and
+/// `Election::observe` sees etcdctl's, and each side reads the other's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn etcdctl_elect_interop() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(90.0, "etcdctl elect", async {
+        let c = client_at(&url, 10_000).await;
+        let election = c.election("leader");
+        let mut observer = election.observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+        let theirs = EtcdctlElect::campaign(&eps, "/fencelock/leader", "theirs-1").unwrap();
+        let (theirs, led) = blocking(theirs, |e| e.next_leader(Duration::from_secs(20))).await;
+        let (key, value) = led.unwrap();
+        assert!(key.starts_with("/fencelock/leader/"), "{key}");
+        assert_eq!(value, "theirs-1");
+        let leader = election.leader().await.unwrap().expect("etcdctl leads");
+        assert_eq!(leader.value, "theirs-1");
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!(seen, leader);
+        assert!(election.try_campaign("rust-1").await.unwrap().is_err());
+
+        let campaign = tokio::spawn({
+            let election = election.clone();
+            async move { election.campaign("rust-1").await }
+        });
+        until_keys(&eps, "leader", 2).await;
+        assert!(
+            !campaign.is_finished(),
+            "fencelock leads while etcdctl does"
+        );
+        tokio::task::spawn_blocking(move || theirs.resign())
+            .await
+            .unwrap()
+            .unwrap();
+        let leading = within(10.0, "fencelock leads after etcdctl resigned", campaign)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(leading.term() > leader.term);
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("rust-1", leading.term()));
+        let watcher = EtcdctlElect::observe(&eps, "/fencelock/leader").unwrap();
+        let (watcher, seen) = blocking(watcher, |e| e.next_leader(Duration::from_secs(20))).await;
+        let (key, value) = seen.unwrap();
+        assert_eq!(
+            value, "rust-1",
+            "etcdctl elect -l sees fencelock's leader ({key})"
+        );
+
+        let theirs = EtcdctlElect::campaign(&eps, "/fencelock/leader", "theirs-2").unwrap();
+        until_keys(&eps, "leader", 2).await;
+        let (theirs, early) = blocking(theirs, |e| e.leads_within(Duration::from_secs(1))).await;
+        assert!(!early, "etcdctl leads while fencelock does");
+        leading.resign().await.unwrap();
+        let (theirs, led) = blocking(theirs, |e| e.next_leader(Duration::from_secs(10))).await;
+        assert_eq!(
+            led.expect("etcdctl leads after fencelock resigned").1,
+            "theirs-2"
+        );
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!(seen.value, "theirs-2");
+        let (watcher, seen) = blocking(watcher, |e| e.next_leader(Duration::from_secs(10))).await;
+        assert_eq!(seen.unwrap().1, "theirs-2");
+        drop(watcher);
+        tokio::task::spawn_blocking(move || theirs.resign())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+    })
+    .await;
+}
+
+/// `leader()`, `proclaim`, and an observer that reports nobody -> a leader -> its new value
+/// -> nobody -> the next leader -> a handover, in order, with terms that grow. A mutex holder
+/// and a leader of one name exclude each other (one range, one layout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn election_leader_proclaim_and_observe_in_order() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "election", async {
+        let (a, b) = (client_at(&url, 10_000).await, client_at(&url, 10_000).await);
+        let mut observer = b.election("lead").observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+        assert_eq!(a.election("lead").leader().await.unwrap(), None);
+
+        let mut one = a.election("lead").campaign("one").await.unwrap();
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("one", one.term()));
+        assert!(b.lock("lead").try_acquire().await.unwrap().is_err());
+        one.proclaim("uno").await.unwrap();
+        let leader = b.election("lead").leader().await.unwrap().unwrap();
+        assert_eq!((leader.value.as_str(), leader.term), ("uno", one.term()));
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("uno", one.term()));
+
+        let first = one.term();
+        assert_eq!(one.resign().await.unwrap(), Released::Released);
+        assert_eq!(next_leader(&mut observer).await, None);
+
+        let two = b.election("lead").campaign("two").await.unwrap();
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("two", two.term()));
+        assert!(two.term() > first);
+
+        let waiting = tokio::spawn({
+            let election = a.election("lead");
+            async move { election.campaign("three").await }
+        });
+        until_keys(&eps, "lead", 2).await;
+        assert!(!waiting.is_finished(), "two leaders at once");
+        let second = two.term();
+        two.resign().await.unwrap();
+        let three = within(10.0, "the waiter leads", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(three.term() > second);
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("three", three.term()));
+        three.resign().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+
+        let guard = a.lock("lead").acquire().await.unwrap();
+        assert!(b.election("lead").try_campaign("x").await.unwrap().is_err());
+        guard.release().await.unwrap();
+    })
+    .await;
+}
+
+/// A leader whose lease is revoked is told so (`lost()`), the waiting participant leads after
+/// it, and an observer sees the handover. A proclaim of the deposed leader fails with
+/// `LockLost` and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_lease_hands_leadership_on() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "a revoked lease", async {
+        let (a, b) = (client_at(&url, 10_000).await, client_at(&url, 10_000).await);
+        let mut observer = b.election("lost").observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+        let mut leading = a.election("lost").campaign("doomed").await.unwrap();
+        assert_eq!(next_leader(&mut observer).await.unwrap().value, "doomed");
+        let waiting = tokio::spawn({
+            let election = b.election("lost");
+            async move { election.campaign("next").await }
+        });
+        until_keys(&eps, "lost", 2).await;
+        let (_, _, lease) = etcd_keys(&eps, "lost").await.remove(0);
+        let lease = format!("{lease:x}");
+        let eps2 = eps.clone();
+        tokio::task::spawn_blocking(move || etcdctl(&eps2, &["lease", "revoke", &lease]))
+            .await
+            .unwrap()
+            .expect("etcdctl lease revoke");
+        let next = within(10.0, "the waiter leads once the lease is gone", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(next.term() > leading.term());
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("next", next.term()));
+        within(10.0, "the revoked leader is told", leading.lost()).await;
+        assert!(matches!(
+            leading.proclaim("late").await,
+            Err(Error::LockLost { .. })
+        ));
+        let now = b.election("lost").leader().await.unwrap().unwrap();
+        assert_eq!((now.value.as_str(), now.term), ("next", next.term()));
+    })
+    .await;
+}
+
+/// A leader cut off from etcd (no keep-alive gets through) is told so (`lost()`, by its
+/// lease's deadline) before the waiting participant leads (once the server expired the
+/// lease), and an observer sees the handover with a larger term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cut_off_leader_is_told_before_the_next_leads() {
+    let etcd = server();
+    let (url, eps) = (etcd.url(), etcd.endpoints());
+    within(60.0, "a cut-off leader", async {
+        let proxy = fencelock_testkit::TcpProxy::start(etcd.port()).expect("proxy");
+        let a = client_at(&format!("etcd://{}", proxy.connect_string()), 2_000).await;
+        let b = client_at(&url, 10_000).await;
+        let mut observer = b.election("cut").observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+        let leading = a.election("cut").campaign("doomed").await.unwrap();
+        assert_eq!(next_leader(&mut observer).await.unwrap().value, "doomed");
+        let waiting = tokio::spawn({
+            let election = b.election("cut");
+            async move { election.campaign("next").await }
+        });
+        until_keys(&eps, "cut", 2).await;
+        proxy.refuse_new(true);
+        proxy.cut();
+        let told = async {
+            leading.lost().await;
+            Instant::now()
+        };
+        let led = async {
+            let next = waiting.await.unwrap().unwrap();
+            (next, Instant::now())
+        };
+        let (told, (next, led)) = within(20.0, "told, then the waiter leads", async {
+            tokio::join!(told, led)
+        })
+        .await;
+        assert!(
+            told <= led,
+            "the cut-off leader was told after the next one led"
+        );
+        assert!(next.term() > leading.term());
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("next", next.term()));
+    })
+    .await;
+}
+
+/// Four participants of two clients, campaigning and resigning in turn: one leader at a time,
+/// terms that grow, an observer that never goes back to an older leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn participants_of_two_clients_lead_one_at_a_time() {
+    let etcd = server();
+    within(60.0, "one leader at a time", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::one_leader_at_a_time(&a, &b, "turns", 10).await;
+    })
+    .await;
+}
+
+/// A forced unlock of an election's name deposes its leader (see the helper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forced_unlock_deposes_the_leader() {
+    let etcd = server();
+    within(60.0, "forced unlock of a leader", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::a_forced_unlock_deposes_the_leader(&a, &b, "deposed").await;
+    })
+    .await;
 }

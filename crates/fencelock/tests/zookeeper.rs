@@ -1104,3 +1104,372 @@ async fn owners_of_one_client_and_another_client_never_hold_at_once() {
     })
     .await;
 }
+
+// ---- Elections (issue 25): Curator's LeaderLatch layout, `_c_<uuid>-latch-<seq>` with the
+// value as data; the lowest leads, its czxid is the term.
+
+/// The next report of an observer, within 10 s.
+async fn next_leader(observer: &mut fencelock::Observer) -> Option<fencelock::Leader> {
+    within(10.0, "the observer's next report", observer.changed())
+        .await
+        .expect("the observer follows")
+}
+
+/// A Java `LeaderLatch` and fencelock participants in one election see one leader at a time,
+/// both ways: fencelock waits while Java leads and leads once Java closes its latch; Java
+/// waits while fencelock leads and leads once fencelock resigns. Each side reads the other's
+/// value as the leader's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn curator_leader_latch_interop() {
+    let zk = server();
+    within(90.0, "LeaderLatch", async {
+        let c = client_at(&zk.url(), 10_000).await;
+        let peek = Peek::connect(&zk.connect_string()).await;
+        let election = c.election("leader");
+        let spawn = |id: &str| {
+            fencelock_testkit::CuratorLatch::spawn(
+                &zk.connect_string(),
+                "/fencelock/leader",
+                id,
+                Duration::from_secs(4),
+            )
+            .unwrap()
+        };
+        let java = spawn("java-1");
+        let java = tokio::task::spawn_blocking(move || {
+            java.wait_leading(Duration::from_secs(30))
+                .map(|node| (java, node))
+        });
+        let (mut java, node) = java.await.unwrap().unwrap();
+        assert!(node.contains("/_c_") && node.contains("-latch-"), "{node}");
+        let leader = election.leader().await.unwrap().expect("Java leads");
+        assert_eq!(leader.value, "java-1", "LeaderLatch stores its id as data");
+        assert!(election.try_campaign("rust-1").await.unwrap().is_err());
+
+        let campaign = tokio::spawn({
+            let election = election.clone();
+            async move { election.campaign("rust-1").await }
+        });
+        let children = peek.until_count("leader", 2, 10.0).await;
+        assert!(children[1].name.contains("-latch-"), "{children:?}");
+        assert!(!campaign.is_finished(), "fencelock leads while Java does");
+        let java = tokio::task::spawn_blocking(move || java.close().map(|()| java));
+        java.await.unwrap().unwrap();
+        let leading = within(10.0, "fencelock leads after Java closed", campaign)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(leading.term() > leader.term, "terms grow across leaders");
+        let now = election.leader().await.unwrap().unwrap();
+        assert_eq!((now.value.as_str(), now.term), ("rust-1", leading.term()));
+
+        let java = spawn("java-2");
+        let java = tokio::task::spawn_blocking(move || {
+            java.wait_started(Duration::from_secs(30)).map(|_| java)
+        });
+        let java = java.await.unwrap().unwrap();
+        // The latch has made its node and read the folder; give it a moment to act on it.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!java.leading(), "Java leads while fencelock does");
+        leading.resign().await.unwrap();
+        let java = tokio::task::spawn_blocking(move || {
+            java.wait_leading(Duration::from_secs(15)).map(|_| java)
+        });
+        let mut java = java
+            .await
+            .unwrap()
+            .expect("Java leads after fencelock resigned");
+        let leader = election.leader().await.unwrap().unwrap();
+        assert_eq!(leader.value, "java-2");
+        tokio::task::spawn_blocking(move || java.close())
+            .await
+            .unwrap()
+            .unwrap();
+    })
+    .await;
+}
+
+/// `leader()`, `proclaim`, and an observer that reports nobody -> a leader -> its new value
+/// -> nobody -> the next leader -> a handover, in order, with terms that grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn election_leader_proclaim_and_observe_in_order() {
+    let zk = server();
+    within(60.0, "election", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        let mut observer = b.election("lead").observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+        assert_eq!(a.election("lead").leader().await.unwrap(), None);
+
+        let mut one = a.election("lead").campaign("one").await.unwrap();
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("one", one.term()));
+        let leader = b.election("lead").leader().await.unwrap().unwrap();
+        assert_eq!((leader.value.as_str(), leader.term), ("one", one.term()));
+
+        one.proclaim("uno").await.unwrap();
+        assert_eq!(one.value(), "uno");
+        let leader = b.election("lead").leader().await.unwrap().unwrap();
+        assert_eq!((leader.value.as_str(), leader.term), ("uno", one.term()));
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("uno", one.term()));
+
+        let first = one.term();
+        assert_eq!(one.resign().await.unwrap(), Released::Released);
+        assert_eq!(next_leader(&mut observer).await, None);
+
+        let two = b.election("lead").campaign("two").await.unwrap();
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("two", two.term()));
+        assert!(two.term() > first);
+
+        let waiting = tokio::spawn({
+            let election = a.election("lead");
+            async move { election.campaign("three").await }
+        });
+        let peek = Peek::connect(&zk.connect_string()).await;
+        peek.until_count("lead", 2, 10.0).await;
+        assert!(!waiting.is_finished(), "two leaders at once");
+        let second = two.term();
+        two.resign().await.unwrap();
+        let three = within(10.0, "the waiter leads", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(three.term() > second);
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("three", three.term()));
+        three.resign().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+    })
+    .await;
+}
+
+/// A leader whose session is lost (its connection cut, no reconnection: the server expires
+/// the session) is told so (`lost()`) before the waiting participant leads, and an observer
+/// sees the handover. A proclaim of the deposed leader fails with `LockLost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_session_hands_leadership_on() {
+    let zk = server();
+    within(60.0, "a lost session", async {
+        let proxy = TcpProxy::start(zk.port()).unwrap();
+        let a = proxied_client(&proxy, 2_000).await;
+        let b = client_at(&zk.url(), 10_000).await;
+        let mut observer = b.election("lost").observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+        let mut leading = a.election("lost").campaign("doomed").await.unwrap();
+        assert_eq!(next_leader(&mut observer).await.unwrap().value, "doomed");
+        let waiting = tokio::spawn({
+            let election = b.election("lost");
+            async move { election.campaign("next").await }
+        });
+        Peek::connect(&zk.connect_string())
+            .await
+            .until_count("lost", 2, 10.0)
+            .await;
+        proxy.refuse_new(true);
+        proxy.cut();
+        let told = async {
+            leading.lost().await;
+            Instant::now()
+        };
+        let led = async {
+            let next = waiting.await.unwrap().unwrap();
+            (next, Instant::now())
+        };
+        let (told, (next, led)) = within(15.0, "told, then the waiter leads", async {
+            tokio::join!(told, led)
+        })
+        .await;
+        assert!(
+            told <= led,
+            "the cut-off leader was told after the next one led"
+        );
+        assert!(next.term() > leading.term());
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("next", next.term()));
+        assert!(matches!(
+            leading.proclaim("late").await,
+            Err(Error::LockLost { .. })
+        ));
+        assert_eq!(
+            b.election("lost").leader().await.unwrap().unwrap().value,
+            "next"
+        );
+    })
+    .await;
+}
+
+/// One name cannot be a mutex and an election at once on ZooKeeper (two queues in one folder
+/// that would ignore each other): the attempt that finds the other kind ahead fails with
+/// `WrongType` naming both, and leaves no node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mutex_and_an_election_of_one_name_refuse_each_other() {
+    let zk = server();
+    within(60.0, "mixed kinds", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        let peek = Peek::connect(&zk.connect_string()).await;
+        let guard = a.lock("both").acquire().await.unwrap();
+        for wait in [false, true] {
+            let tried = match wait {
+                false => b.election("both").try_campaign("x").await.map(|_| ()),
+                true => b.election("both").campaign("x").await.map(|_| ()),
+            };
+            match tried {
+                Err(Error::WrongType { key, detail, .. }) => {
+                    assert!(key.contains("-lock-"), "{key}");
+                    assert!(
+                        detail.contains("mutex") && detail.contains("election"),
+                        "{detail}"
+                    );
+                }
+                other => panic!("a campaign behind a mutex: {other:?}"),
+            }
+            assert_eq!(peek.until_count("both", 1, 5.0).await.len(), 1);
+        }
+        guard.release().await.unwrap();
+
+        let leading = a.election("both").campaign("x").await.unwrap();
+        match b.lock("both").acquire_timeout(Duration::from_secs(5)).await {
+            Err(Error::WrongType { key, .. }) => assert!(key.contains("-latch-"), "{key}"),
+            other => panic!("a mutex behind a leader: {other:?}"),
+        }
+        peek.until_count("both", 1, 5.0).await;
+        leading.resign().await.unwrap();
+        // Either kind alone is fine again.
+        b.lock("both")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    })
+    .await;
+}
+
+/// An observer whose session is cut off fails (it cannot know what it missed) instead of
+/// reporting a stale leader for ever; called again once the servers can be reached, it
+/// follows anew and reports the leader as it is then, one that came meanwhile, never an
+/// older one. A participant that campaigns again and again alone leads with growing terms
+/// (the uncontended fast path takes the folder again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_observer_cut_off_fails_then_follows_anew() {
+    let zk = server();
+    within(60.0, "observer cut off", async {
+        let proxy = TcpProxy::start(zk.port()).unwrap();
+        let watching = proxied_client(&proxy, 2_000).await;
+        let c = client_at(&zk.url(), 10_000).await;
+        let election = c.election("cut");
+        let mut term = 0;
+        for _ in 0..3 {
+            let leading = election.campaign("alone").await.unwrap();
+            assert!(leading.term() > term);
+            term = leading.term();
+            leading.resign().await.unwrap();
+        }
+        let first = election.campaign("first").await.unwrap();
+        let mut observer = watching.election("cut").observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await.unwrap().term, first.term());
+        proxy.refuse_new(true);
+        proxy.cut();
+        let failed = within(10.0, "the cut-off observer fails", observer.changed()).await;
+        assert!(
+            matches!(failed, Err(Error::Unavailable { .. })),
+            "{failed:?}"
+        );
+        first.resign().await.unwrap();
+        let second = election.campaign("second").await.unwrap();
+        proxy.refuse_new(false);
+        let seen = within(20.0, "the observer follows anew", async {
+            loop {
+                match observer.changed().await {
+                    Ok(seen) => return seen,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        })
+        .await
+        .expect("a leader");
+        assert_eq!((seen.value.as_str(), seen.term), ("second", second.term()));
+    })
+    .await;
+}
+
+/// Four participants of two clients, campaigning and resigning in turn: one leader at a time,
+/// terms that grow, an observer that never goes back to an older leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn participants_of_two_clients_lead_one_at_a_time() {
+    let zk = server();
+    within(60.0, "one leader at a time", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::one_leader_at_a_time(&a, &b, "turns", 10).await;
+    })
+    .await;
+}
+
+/// A Java `LeaderLatch` that leads and is killed (SIGKILL): once the server expires its
+/// session (2 s), the waiting fencelock participant leads, and an observer sees the handover
+/// from Java's participant id to fencelock's value, with a larger term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_leader_latch_hands_leadership_on() {
+    let zk = server();
+    within(60.0, "a killed LeaderLatch", async {
+        let c = client_at(&zk.url(), 10_000).await;
+        let mut observer = c.election("killed").observe().await.unwrap();
+        assert_eq!(next_leader(&mut observer).await, None);
+        let java = fencelock_testkit::CuratorLatch::spawn(
+            &zk.connect_string(),
+            "/fencelock/killed",
+            "java-killed",
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        let java = tokio::task::spawn_blocking(move || {
+            java.wait_leading(Duration::from_secs(30)).map(|_| java)
+        });
+        let mut java = java.await.unwrap().unwrap();
+        let theirs = next_leader(&mut observer).await.unwrap();
+        assert_eq!(theirs.value, "java-killed");
+        let waiting = tokio::spawn({
+            let election = c.election("killed");
+            async move { election.campaign("rust").await }
+        });
+        Peek::connect(&zk.connect_string())
+            .await
+            .until_count("killed", 2, 10.0)
+            .await;
+        java.kill();
+        let leading = within(15.0, "fencelock leads once Java's session expired", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(leading.term() > theirs.term);
+        let seen = next_leader(&mut observer).await.unwrap();
+        assert_eq!((seen.value.as_str(), seen.term), ("rust", leading.term()));
+        leading.resign().await.unwrap();
+    })
+    .await;
+}
+
+/// A forced unlock of an election's name deposes its leader (see the helper).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forced_unlock_deposes_the_leader() {
+    let zk = server();
+    within(60.0, "forced unlock of a leader", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::a_forced_unlock_deposes_the_leader(&a, &b, "deposed").await;
+    })
+    .await;
+}

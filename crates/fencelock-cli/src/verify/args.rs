@@ -49,9 +49,35 @@ pub struct VerifyArgs {
     /// Client pauses last twice the lease, so a pause always outlasts it.
     #[arg(long, value_parser = parse_duration)]
     pub lease: Option<Duration>,
+    /// What the clients contend for: the mutex, or a leader election whose leaders write with
+    /// their term (each client also observes the election; the check adds that observers
+    /// report terms in increasing order and agree on each term's leader).
+    #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
+    pub primitive: Primitive,
     /// Folder for the report (report.json, report.html, the event files).
     #[arg(long, default_value = "fencelock-verify")]
     pub report: PathBuf,
+}
+
+/// The primitives `fencelock verify` checks.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Primitive {
+    /// A mutex (`Client::lock`): holders write with their fencing token.
+    #[default]
+    Mutex,
+    /// A leader election (`Client::election`): leaders write with their term.
+    Election,
+}
+
+impl Primitive {
+    /// The flag's value, as the hidden client takes it.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            Primitive::Mutex => "mutex",
+            Primitive::Election => "election",
+        }
+    }
 }
 
 /// The deployments `fencelock verify` knows.
@@ -241,6 +267,14 @@ pub fn validate(args: &VerifyArgs) -> Result<(), String> {
         if lease < Duration::from_millis(500) || lease > Duration::from_secs(60) {
             return Err("--lease must be between 500ms and 60s".to_owned());
         }
+    }
+    if args.backend == Backend::Redlock && args.primitive == Primitive::Election {
+        return Err(
+            "--primitive election is not offered by RedLock: its servers keep no \
+                    queue, so they could not agree on the next leader; use one Redis, \
+                    Sentinel, a Cluster, ZooKeeper or etcd"
+                .to_owned(),
+        );
     }
     if args.backend == Backend::Redlock && args.url.len() == 1 {
         return Err("--backend redlock with --url needs several redis:// URLs".to_owned());

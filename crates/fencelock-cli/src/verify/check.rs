@@ -19,7 +19,12 @@
 //!   counted.
 //! - (f) liveness: after each fault heals, some client acquires within the stated bound.
 //!
-//! (a) unfenced, (b), (c) and (d) are safety checks; (e) and (f) are reported beside them.
+//! - (g) elections: each observer reports terms in strictly increasing order, and every
+//!   observer names the same leader for a term: the participant whose campaign returned
+//!   that term, where one did (its value is `<lane>/<pid>`).
+//!
+//! (a) unfenced, (b), (c), (d) and (g) are safety checks; (e) and (f) are reported beside
+//! them.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -120,6 +125,24 @@ pub struct Recovery {
     pub ok: Option<bool>,
 }
 
+/// (g) An election observer's report that breaks the leaders' order or names another leader.
+#[derive(Debug, Clone, Serialize)]
+pub struct ObserverBreak {
+    /// The observing client's lane and process.
+    pub client: usize,
+    /// Its process.
+    pub pid: u32,
+    /// When it reported (ns).
+    pub t: u64,
+    /// The term reported.
+    pub term: u64,
+    /// The value reported.
+    pub value: String,
+    /// What is wrong: `"order"` (not above the observer's previous term) or `"leader"`
+    /// (another value than other reports of that term, or than its leader's).
+    pub what: &'static str,
+}
+
 /// The checker's findings.
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
@@ -139,6 +162,10 @@ pub struct Verdict {
     pub unknown_acquires: usize,
     /// (f) liveness after each fault healed.
     pub recoveries: Vec<Recovery>,
+    /// (g) election observers' reports out of order or naming another leader.
+    pub observer_breaks: Vec<ObserverBreak>,
+    /// (g) election observers' reports, in all.
+    pub observed: usize,
     /// The stated liveness bound (ns).
     pub liveness_bound: u64,
 }
@@ -160,6 +187,7 @@ impl Verdict {
             && self.stale_writes.is_empty()
             && self.token_breaks.is_empty()
             && self.lost_updates.is_empty()
+            && self.observer_breaks.is_empty()
     }
 
     /// The lock was acquired again within the bound after every fault healed (unmeasured
@@ -187,6 +215,11 @@ pub fn check(events: &[Event], bounds: Bounds<'_>) -> Verdict {
         writes: (accepted, rejected),
         unknown_acquires,
         recoveries: recoveries(&events, bounds),
+        observer_breaks: observer_breaks(&events, &holds),
+        observed: events
+            .iter()
+            .filter(|e| matches!(e.kind, Kind::Observed { .. }))
+            .count(),
         liveness_bound: bounds.liveness_bound,
         holds,
     }
@@ -256,6 +289,7 @@ impl Builder {
             Kind::Killed | Kind::Exit => self.process_ended(e),
             Kind::Start | Kind::Read { .. } | Kind::Lost { .. } => {}
             Kind::Paused | Kind::Resumed => {}
+            Kind::Observed { .. } | Kind::ObserveFailed { .. } => {}
         }
     }
 
@@ -413,6 +447,50 @@ fn recoveries(events: &[Event], bounds: Bounds<'_>) -> Vec<Recovery> {
             Recovery { healed, after, ok }
         })
         .collect()
+}
+
+/// (g) Reports of election observers that go back in term, or that name for a term another
+/// leader than the participant that got it (its `<lane>/<pid>`) or than other reports did.
+fn observer_breaks(events: &[Event], holds: &[Hold]) -> Vec<ObserverBreak> {
+    let leaders: HashMap<u64, String> = holds
+        .iter()
+        .map(|h| (h.token, format!("{}/{}", h.client, h.pid)))
+        .collect();
+    let mut named: HashMap<u64, String> = HashMap::new();
+    let mut last: HashMap<u32, u64> = HashMap::new();
+    let mut breaks = Vec::new();
+    for e in events {
+        let Kind::Observed {
+            term: Some(term),
+            value: Some(value),
+        } = &e.kind
+        else {
+            continue;
+        };
+        let expected = leaders
+            .get(term)
+            .or_else(|| named.get(term))
+            .cloned()
+            .unwrap_or_else(|| value.clone());
+        named.entry(*term).or_insert_with(|| expected.clone());
+        let previous = last.insert(e.pid, *term);
+        let what = if previous.is_some_and(|p| p >= *term) {
+            "order"
+        } else if *value != expected {
+            "leader"
+        } else {
+            continue;
+        };
+        breaks.push(ObserverBreak {
+            client: e.client,
+            pid: e.pid,
+            t: e.t,
+            term: *term,
+            value: value.clone(),
+            what,
+        });
+    }
+    breaks
 }
 
 #[cfg(test)]

@@ -87,6 +87,13 @@ pub enum Kind {
     Lost { attempt: u64, token: u64 },
     /// `release` returned.
     Released { attempt: u64, ok: bool },
+    /// (Elections) the client's observer reported this leader (`None`: nobody leads).
+    Observed {
+        term: Option<u64>,
+        value: Option<String>,
+    },
+    /// (Elections) the client's observer could no longer follow; it follows anew.
+    ObserveFailed { error: String },
     /// The fault driver stopped this client (SIGSTOP).
     Paused,
     /// The fault driver continued this client (SIGCONT).

@@ -2,7 +2,8 @@
 //! while faults come on a seeded schedule; every event is recorded on the shared monotonic
 //! clock, a checker reads the history, and a report shows it. A negative control (the same
 //! schedule without fencing) runs after the run, so the report can show what fencing
-//! prevented.
+//! prevented. `--primitive election` runs the same loop as a leader election (campaign,
+//! write with the term, resign), and every client observes the election for the checker.
 //!
 //! - `args`: flags, backends, faults.
 //! - `servers`: throwaway servers through the test kit (or the user's `--url`).
@@ -136,12 +137,14 @@ async fn verify_with(
         schedule: &schedule,
         liveness_bound: bound,
         password: args.password.clone(),
+        primitive: args.primitive,
     };
     let control = !args.no_control && !args.no_fencing;
     let runs = run_all(template, control, &mut deployment, started, &mut progress).await?;
     let report = Report {
         command: command_line(),
         backend: args.backend,
+        primitive: args.primitive,
         deployment: deployment.description.clone(),
         seed: args.seed,
         clients: args.clients.into(),

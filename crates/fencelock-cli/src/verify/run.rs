@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::args::Primitive;
 use super::check::{check, Bounds, Verdict};
 use super::clients::{Fleet, Spec};
 use super::events::{fresh_dir, now, read_dir, Event};
@@ -39,6 +40,8 @@ pub struct RunSpec<'a> {
     pub liveness_bound: Duration,
     /// The lock service's password.
     pub password: Option<String>,
+    /// What the clients contend for.
+    pub primitive: Primitive,
 }
 
 /// What one run saw.
@@ -116,6 +119,7 @@ pub async fn run(
         until,
         fencing: spec.fencing,
         password: spec.password.clone(),
+        primitive: spec.primitive,
     };
     let mut fleet = Fleet::start(client_spec, spec.clients, started.clone())
         .map_err(|e| format!("cannot start the clients: {e}"))?;

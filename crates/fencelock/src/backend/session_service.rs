@@ -6,6 +6,12 @@
 //! status, release by owner and forced unlocks read the lock's queue the same way for both;
 //! per-lock options are refused and failures become errors in one place.
 //!
+//! Elections run here too: a campaign is an acquire of `Kind::Leader` (the queue's first
+//! participant leads, its entry stores the value), the leader is the head of the election's
+//! queue, and a proclaim rewrites the value of the holding's own entry, found in the
+//! session's holdings, only while that entry is there; losing it there fires the hold's lost
+//! signal. The services add reading the head, the guarded rewrite and a follower task.
+//!
 //! A service implements [`SessionLocks`] on its session with only what differs: a
 //! [`Service`] constant (its name, its name rule, its refusals' words), how a failure counts
 //! ([`Failure`]), how it attempts (its `super::queue` driver), how it reads the queue
@@ -19,7 +25,10 @@ use std::time::Duration;
 use super::current::{Current, Ends, Opening};
 use super::holdings::{self, Closing};
 use super::session_holds::SessionHolds;
-use super::{Acquired, Connected, Ctx, Held, LockRequest, LockService, RawStatus, Released, Wait};
+use super::{
+    Acquired, Connected, Ctx, Feed, Held, Kind, Leader, LockRequest, LockService, RawStatus,
+    Released, Wait,
+};
 use crate::background::Background;
 use crate::error::{Error, InputError};
 use crate::lease::LeaseState;
@@ -102,6 +111,22 @@ pub(crate) trait SessionLocks: Ends + 'static {
     fn shown(entry: &Listed) -> String {
         entry.owner.clone()
     }
+
+    /// The entry of election `name`'s leader (its first participant), as the servers have
+    /// it now: `owner` is the value it advertises, `token` its term.
+    fn leader(&self, name: &str) -> impl Future<Output = Result<Option<Listed>, Error>> + Send;
+    /// Rewrites the value stored in a holding's entry `path` (created with `token`), only if
+    /// that entry is still there: `Ok(false)` when it is gone (or its session ended).
+    fn proclaim(
+        &self,
+        path: &str,
+        token: u64,
+        value: &str,
+    ) -> impl Future<Output = Result<bool, Self::Fault>> + Send;
+    /// Starts a task that follows election `name`'s leader in this session (see
+    /// [`Feed`]); it ends with an error when it can no longer follow, quietly when the
+    /// receiver is dropped.
+    fn observe(self: &Arc<Self>, name: &str) -> Feed;
 
     /// A new holding of the node or key `path` with `token`, and its first hold, granted in
     /// the session.
@@ -220,6 +245,35 @@ impl<S: SessionLocks> LockService for SessionService<S> {
 
     fn check_name(&self, name: &str) -> Result<(), InputError> {
         (S::SERVICE.check_name)(name)
+    }
+
+    /// Both kinds: the mutex and the election, in the layouts of the service's own recipes.
+    fn check_kind(&self, _kind: Kind<'_>) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn leader<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+    ) -> BoxFuture<'a, Result<Option<Leader>, Error>> {
+        Box::pin(async move {
+            let session = self.current.live().await?;
+            let head = session.leader(&lock.name).await?;
+            head.map(|head| as_leader(&*session, &lock.name, head))
+                .transpose()
+        })
+    }
+
+    fn proclaim<'a>(
+        &'a self,
+        hold: &'a Arc<LeaseState>,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(proclaim(self.current.now(), hold, value))
+    }
+
+    fn observe<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<Feed, Error>> {
+        Box::pin(async move { Ok(self.current.live().await?.observe(&lock.name)) })
     }
 
     /// Options that mean nothing here are refused: the session is the lease of every lock.
@@ -397,5 +451,45 @@ async fn force_unlock<S: SessionLocks>(
         Ok(true) => Ok(vec![(S::shown(&head), 1)]),
         Ok(false) => Ok(Vec::new()),
         Err(e) => Err(session.fail(Some(name), e)),
+    }
+}
+
+/// A leader's entry as the election's leader: its value and its term.
+fn as_leader<S: SessionLocks>(session: &S, name: &str, head: Listed) -> Result<Leader, Error> {
+    let term = u64::try_from(head.token).map_err(|_| Error::Protocol {
+        lock: Some(name.to_owned()),
+        server: session.server(),
+        detail: format!("the leader's entry has token {}", head.token),
+    })?;
+    Ok(Leader {
+        value: head.owner,
+        term,
+    })
+}
+
+/// `Leadership::proclaim`: rewrites the value of the hold's own entry in `session` (the
+/// current one: a hold of an ended session is lost already). An entry gone is the hold lost:
+/// its lost signal fires, and the error says so.
+async fn proclaim<S: SessionLocks>(
+    session: Arc<S>,
+    hold: &Arc<LeaseState>,
+    value: &str,
+) -> Result<(), Error> {
+    let (name, owner, token) = (&hold.hold.lock.name, &hold.hold.owner, hold.hold.token);
+    let holdings = &session.holds().holdings;
+    let entry = holdings
+        .all()
+        .into_iter()
+        .find(|(n, o, _, t)| n == name && o == owner && *t == token);
+    let Some((_, _, path, _)) = entry.filter(|_| !session.has_ended()) else {
+        return Err(hold.lost_error());
+    };
+    match session.proclaim(&path, token, value).await {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            holdings.vanished(name, owner, &path, token);
+            Err(hold.lost_error())
+        }
+        Err(fault) => Err(session.fail(Some(name), fault)),
     }
 }

@@ -237,3 +237,39 @@ fn liveness_after_a_fault_is_measured_against_the_bound() {
     assert_eq!(v.recoveries[0].ok, None);
     assert!(v.live());
 }
+
+/// (g) Election observers: reports in increasing term order naming each term's leader pass;
+/// a report that goes back in term, or names another leader for a term, is found.
+#[test]
+fn election_observers_out_of_order_or_naming_another_leader_are_found() {
+    let observed = |term: u64, value: &str| Kind::Observed {
+        term: Some(term),
+        value: Some(value.to_owned()),
+    };
+    let mut h = History::new();
+    h.hold(0, (0, 10), 1, ok(1)).hold(1, (12, 20), 2, ok(2));
+    h.at(2, 2, observed(1, "0/100"))
+        .at(
+            11,
+            2,
+            Kind::Observed {
+                term: None,
+                value: None,
+            },
+        )
+        .at(14, 2, observed(2, "1/101"));
+    let v = h.check(&[], 40);
+    assert!(v.safe(), "{v:?}");
+    assert_eq!(v.observed, 3);
+
+    h.at(15, 2, observed(1, "0/100"))
+        .at(16, 3, observed(2, "0/100"));
+    let v = h.check(&[], 40);
+    assert!(!v.safe());
+    let found: Vec<_> = v
+        .observer_breaks
+        .iter()
+        .map(|b| (b.client, b.what))
+        .collect();
+    assert_eq!(found, [(2, "order"), (3, "leader")]);
+}

@@ -14,6 +14,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 
+use super::args::Primitive;
 use super::events::{now, read_file, read_tail, Kind, Recorder};
 use crate::procs::{signal, Started};
 pub use process::{client, ClientArgs};
@@ -45,6 +46,8 @@ pub struct Spec {
     pub fencing: bool,
     /// The lock service's password: given in the environment, never on a command line.
     pub password: Option<String>,
+    /// What the clients contend for.
+    pub primitive: Primitive,
 }
 
 /// A client caught between its read and its write: holding the lock, about to write.
@@ -111,6 +114,7 @@ impl Fleet {
             .args(["--lock", &s.lock, "--lease", &ms(s.lease)])
             .args(["--hold-max", &ms(s.hold_max), "--client", &lane.to_string()])
             .args(["--seed", &seed.to_string(), "--until", &s.until.to_string()])
+            .args(["--primitive", s.primitive.as_arg()])
             .arg("--events")
             .arg(self.lane_file(lane));
         if !s.fencing {

@@ -3,6 +3,10 @@
 //! read plus one with its token; release. Every step is recorded on the shared monotonic
 //! clock. It writes even when it has lost the lock: it stands for a program paused between
 //! its last check and its write, which is the case fencing is for.
+//!
+//! With `--primitive election` it campaigns instead (its value `<lane>/<pid>`), writes with
+//! its term and resigns; and for the whole run it observes the election, recording each
+//! leader its observer reports.
 
 use std::path::PathBuf;
 use std::sync::LazyLock;
@@ -10,9 +14,11 @@ use std::time::Duration;
 
 use clap::Args;
 use fencelock::fenced::{FencedRegister, FencedWrite};
-use fencelock::{Client, ClientOptions, Error, Lock};
+use fencelock::{Client, ClientOptions, Election, Error, Guard, Leadership, Lock, Released};
 use redis::aio::MultiplexedConnection;
+use tokio_util::sync::CancellationToken;
 
+use crate::verify::args::Primitive;
 use crate::verify::events::{now, Kind, Recorder};
 use crate::verify::rng::Rng;
 use crate::{exit, parse_duration};
@@ -56,13 +62,93 @@ pub struct ClientArgs {
     /// Write without the token check, and record whether the check would have refused.
     #[arg(long)]
     pub no_fencing: bool,
+    /// What to contend for.
+    #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
+    pub primitive: Primitive,
+}
+
+/// What a client contends for: a lock, or an election (with the value it advertises).
+enum Contender {
+    Lock(Lock),
+    Election(Election, String),
+}
+
+/// What a client holds: a lock's guard, or an election's leadership (its term is its token).
+enum Holding {
+    Guard(Guard),
+    Leading(Leadership),
+}
+
+impl Contender {
+    async fn acquire_timeout(&self, wait: Duration) -> Result<Holding, Error> {
+        match self {
+            Contender::Lock(lock) => lock.acquire_timeout(wait).await.map(Holding::Guard),
+            Contender::Election(election, value) => election
+                .campaign_timeout(value, wait)
+                .await
+                .map(Holding::Leading),
+        }
+    }
+}
+
+impl Holding {
+    fn token(&self) -> u64 {
+        match self {
+            Holding::Guard(g) => g.fencing_token(),
+            Holding::Leading(l) => l.term(),
+        }
+    }
+
+    fn lost_token(&self) -> CancellationToken {
+        match self {
+            Holding::Guard(g) => g.lost_token(),
+            Holding::Leading(l) => l.lost_token(),
+        }
+    }
+
+    async fn release(self) -> Result<Released, Error> {
+        match self {
+            Holding::Guard(g) => g.release().await,
+            Holding::Leading(l) => l.resign().await,
+        }
+    }
+}
+
+/// Records every leader the election's observer reports until the process ends; an observer
+/// that can no longer follow is recorded and follows anew.
+async fn observe(election: Election, rec: Recorder) {
+    let mut observer = loop {
+        match election.observe().await {
+            Ok(observer) => break observer,
+            Err(e) => {
+                rec.record(Kind::ObserveFailed {
+                    error: e.to_string(),
+                });
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    loop {
+        match observer.changed().await {
+            Ok(leader) => rec.record(Kind::Observed {
+                term: leader.as_ref().map(|l| l.term),
+                value: leader.map(|l| l.value),
+            }),
+            Err(e) => {
+                rec.record(Kind::ObserveFailed {
+                    error: e.to_string(),
+                });
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 }
 
 /// What one client works with.
 struct Ctx {
     args: ClientArgs,
     rec: Recorder,
-    lock: Lock,
+    contender: Contender,
     register: FencedRegister,
     conn: MultiplexedConnection,
     rng: Rng,
@@ -102,8 +188,17 @@ pub async fn client(args: ClientArgs) -> u8 {
             return exit::CONNECTION;
         }
     };
+    let contender = match args.primitive {
+        Primitive::Mutex => Contender::Lock(client.lock(&args.lock)),
+        Primitive::Election => {
+            let election = client.election(&args.lock);
+            tokio::spawn(observe(election.clone(), rec.clone()));
+            let value = format!("{}/{}", args.client, std::process::id());
+            Contender::Election(election, value)
+        }
+    };
     let mut ctx = Ctx {
-        lock: client.lock(&args.lock),
+        contender,
         rng: Rng::new(args.seed),
         args,
         rec,
@@ -127,7 +222,7 @@ async fn one_hold(ctx: &mut Ctx, attempt: u64) {
     ctx.rec.record(Kind::AcquireCall { attempt });
     let left = Duration::from_nanos(ctx.args.until.saturating_sub(now()));
     let wait = left.clamp(Duration::from_millis(100), Duration::from_secs(3));
-    let guard = match ctx.lock.acquire_timeout(wait).await {
+    let guard = match ctx.contender.acquire_timeout(wait).await {
         Ok(guard) => guard,
         Err(e) => {
             let error = e.to_string();
@@ -144,7 +239,7 @@ async fn one_hold(ctx: &mut Ctx, attempt: u64) {
             return;
         }
     };
-    let token = guard.fencing_token();
+    let token = guard.token();
     ctx.rec.record(Kind::Acquired { attempt, token });
     let lost = guard.lost_token();
     let rec = ctx.rec.clone();

@@ -106,6 +106,23 @@ pub fn violations(out: &mut String, run: &RunReport) {
             String::new(),
         ));
     }
+    for b in &v.observer_breaks {
+        let what = match b.what {
+            "order" => "observer reported an older leader",
+            _ => "observers disagree on a term's leader",
+        };
+        // The value is the observed participant's `<lane>/<pid>`, or another client's text.
+        rows.push((
+            what,
+            format!(
+                "client {} saw term {} ({})",
+                b.client,
+                b.term,
+                escape(&b.value)
+            ),
+            t(b.t),
+        ));
+    }
     for l in &v.lost_updates {
         rows.push((
             "update lost",

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::args::Backend;
+use super::args::{Backend, Primitive};
 use super::faults::{Planned, Skipped};
 use super::run::RunReport;
 
@@ -20,6 +20,8 @@ pub struct Report {
     pub command: String,
     /// The backend.
     pub backend: Backend,
+    /// What the clients contended for.
+    pub primitive: Primitive,
     /// What the servers were.
     pub deployment: String,
     /// The seed.
@@ -73,7 +75,7 @@ pub fn verdict_line(run: &RunReport) -> String {
     format!(
         "{}{}: {safety}, {liveness}: {} holds, {} overlapping pairs ({} unfenced), {} stale \
          writes accepted, {} token-order breaks, {} lost updates, {} acquires of unknown outcome, \
-         writes {} taken / {} refused; faults {}/{} happened",
+         observer breaks {}, writes {} taken / {} refused; faults {}/{} happened",
         run.name,
         if run.fencing { "" } else { " (no fencing)" },
         v.holds.len(),
@@ -83,6 +85,7 @@ pub fn verdict_line(run: &RunReport) -> String {
         v.token_breaks.len(),
         v.updates_lost(),
         v.unknown_acquires,
+        v.observer_breaks.len(),
         v.writes.0,
         v.writes.1,
         run.injected.iter().filter(|i| i.happened).count(),
@@ -179,7 +182,7 @@ fn summary(out: &mut String, report: &Report) {
     }
     out.push_str("</tr>");
     type Row = (&'static str, fn(&RunReport) -> (String, bool));
-    let rows: [Row; 8] = [
+    let rows: [Row; 9] = [
         ("holds", |r| (r.verdict.holds.len().to_string(), true)),
         ("(a) overlapping pairs of holds (unfenced)", |r| {
             let v = &r.verdict;
@@ -210,6 +213,14 @@ fn summary(out: &mut String, report: &Report) {
                 v.live(),
             )
         }),
+        (
+            "(g) election observers' reports out of order or naming another leader",
+            |r| {
+                let v = &r.verdict;
+                let n = v.observer_breaks.len();
+                (format!("{n} of {} reports", v.observed), n == 0)
+            },
+        ),
         ("writes taken / refused", |r| {
             (
                 format!("{} / {}", r.verdict.writes.0, r.verdict.writes.1),

@@ -13,7 +13,7 @@ use super::Inner;
 use crate::backend::queue::rule::Sight;
 use crate::backend::queue::{Driver, Turn};
 use crate::backend::session_service::SessionLocks;
-use crate::backend::{LockRequest, Wait};
+use crate::backend::{Kind, LockRequest, Wait};
 use crate::error::Error;
 
 /// How long a waiter pauses before asking again after a failed request.
@@ -64,9 +64,13 @@ impl Driver for Queue<'_> {
         attempt: &mut Attempt,
         _sight: Sight,
     ) -> Result<Option<Vec<Entry>>, Fault> {
-        let owner = self.request.owner;
+        // A mutex's key stores the owner id; an election's the value it advertises.
+        let data = match self.request.kind {
+            Kind::Mutex => &**self.request.owner,
+            Kind::Leader { value } => value,
+        };
         let session = &self.inner.session;
-        let created = recipe::create(session, &self.dir, &attempt.key, owner).await?;
+        let created = recipe::create(session, &self.dir, &attempt.key, data).await?;
         let mine = created.revision;
         attempt.revision = Some(mine);
         if created.holder.revision == mine {
@@ -106,8 +110,11 @@ impl Driver for Queue<'_> {
         on: &Entry,
         wait: Wait,
     ) -> Result<Turn, Error> {
-        // The holder may be this owner in another client.
-        self.inner.foreign(self.request.owner, holder)?;
+        // The holder may be this owner in another client (a campaign's owner id is fresh,
+        // and an election's keys store values, not owner ids).
+        if self.request.kind == Kind::Mutex {
+            self.inner.foreign(self.request.owner, holder)?;
+        }
         if matches!(wait, Wait::No) {
             return Ok(Turn::GiveUp);
         }

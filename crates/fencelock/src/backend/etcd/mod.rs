@@ -11,6 +11,12 @@
 //! - `ops`: a holding's key deleted, the lock's keys for status, release by owner and forced
 //!   unlocks, the holder's remaining TTL.
 //! - `audit`: holdings whose key was deleted behind the client's back (a forced unlock).
+//! - `elect`: elections in `concurrency.Election`'s layout (`<prefix>/<name>/<lease hex>`,
+//!   the value as the key's value, the lowest create revision leads and is the term): the
+//!   leader, a leader's new value (guarded by its create revision), the follower behind
+//!   `Election::observe`. A campaign is an attempt through the same queue and the same slot
+//!   as a mutex's (one key per name per lease): a mutex holder and a leader of one name
+//!   exclude each other, and so do `etcdctl lock NAME` and `etcdctl elect NAME`.
 //! - here: the lease (`Inner`) as a `super::session_service::SessionLocks`, which the shared
 //!   `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with
@@ -31,13 +37,14 @@ use super::holdings::Closing;
 use super::queue::{self, rule::First};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released};
+use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
 use crate::watchdog::BoxFuture;
 
 mod audit;
 mod driver;
+mod elect;
 mod ops;
 mod recipe;
 mod session;
@@ -182,6 +189,19 @@ impl SessionLocks for Inner {
 
     async fn queue(&self, name: &str) -> Result<Vec<Listed>, Error> {
         self.listed(name).await
+    }
+
+    async fn leader(&self, name: &str) -> Result<Option<Listed>, Error> {
+        let leader = self.leader_entry(name).await;
+        leader.map_err(|e| self.fail(Some(name), e))
+    }
+
+    async fn proclaim(&self, key: &str, token: u64, value: &str) -> Result<bool, Fault> {
+        self.set_value(key, token, value).await
+    }
+
+    fn observe(self: &Arc<Self>, name: &str) -> Feed {
+        self.follow(name)
     }
 
     /// That revision only.

@@ -2,7 +2,11 @@
 //!
 //! A lock named N is the key range `<prefix>/N/`; an attempt puts the key
 //! `<prefix>/N/<lease id in hex>` under the client's lease, only if it is absent (one
-//! transaction), with the owner id as its value (`etcdctl lock` leaves it empty). The key
+//! transaction), with the owner id as its value (`etcdctl lock` leaves it empty). An
+//! election named N is the same range in `concurrency.Election`'s layout, which is the
+//! mutex's: a campaign's key stores the value it advertises (`etcdctl elect N VALUE`), and
+//! the lowest create revision leads. A mutex holder and a leader of one name therefore
+//! exclude each other. The key
 //! with the lowest create revision holds the lock. A waiter watches the deletion of the key
 //! with the greatest create revision below its own, so that a release wakes one waiter, in
 //! arrival order.
@@ -306,6 +310,11 @@ pub(crate) async fn wait_for(
 
 /// The lock's keys in queue order (create revision).
 pub(crate) async fn entries(session: &Session, dir: &str) -> Result<Vec<Entry>, Fault> {
+    Ok(entries_at(session, dir).await?.0)
+}
+
+/// The range's keys in queue order (create revision), and the revision they were read at.
+pub(crate) async fn entries_at(session: &Session, dir: &str) -> Result<(Vec<Entry>, i64), Fault> {
     let all = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend);
@@ -315,7 +324,10 @@ pub(crate) async fn entries(session: &Session, dir: &str) -> Result<Vec<Entry>, 
             async move { c.get(dir, Some(all)).await }
         })
         .await?;
-    Ok(reply
+    let header = reply
+        .header()
+        .ok_or(Fault::Malformed("a reply without a header"))?;
+    let entries = reply
         .kvs()
         .iter()
         .map(|kv| Entry {
@@ -324,7 +336,24 @@ pub(crate) async fn entries(session: &Session, dir: &str) -> Result<Vec<Entry>, 
             revision: kv.create_revision(),
             lease: kv.lease(),
         })
-        .collect())
+        .collect();
+    Ok((entries, header.revision()))
+}
+
+/// The range's key with the lowest create revision (the holder, the leader), if any.
+pub(crate) async fn first(session: &Session, dir: &str) -> Result<Option<Entry>, Fault> {
+    let reply = session
+        .call(|mut c| {
+            let (dir, first) = (dir.to_owned(), end_of_queue(SortOrder::Ascend));
+            async move { c.get(dir, Some(first)).await }
+        })
+        .await?;
+    Ok(reply.kvs().first().map(|kv| Entry {
+        key: String::from_utf8_lossy(kv.key()).into_owned(),
+        owner: String::from_utf8_lossy(kv.value()).into_owned(),
+        revision: kv.create_revision(),
+        lease: kv.lease(),
+    }))
 }
 
 #[cfg(test)]

@@ -235,6 +235,12 @@ impl Session {
         }
     }
 
+    /// Resolves once the lease was stopped (its client closed or replaced it): tasks that
+    /// hold the session, such as an election's follower, end then.
+    pub(crate) fn stopped(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.stop.cancelled()
+    }
+
     /// One transaction, through [`Session::call`].
     pub(crate) async fn txn(&self, txn: etcd::Txn) -> Result<etcd::TxnResponse, Fault> {
         self.call(|mut c| {

@@ -3,6 +3,11 @@
 //! held alone, the create alone: `quiet`), the queue listed with a watch on the folder, and a
 //! waiter's read with a watch of the node just before its own, which also reads the holder's
 //! node once to refuse queueing behind this owner's holding in another session.
+//!
+//! A mutex's attempt (`-lock-`) and an election's (`-latch-`) run the same loop over their own
+//! kind's nodes. A listing that shows the other kind's node ahead of the attempt's own ends
+//! the attempt with `Error::WrongType` naming both kinds (its node removed): the two queues
+//! would ignore each other, as Curator's recipes do, and both would hold.
 
 use std::sync::Arc;
 
@@ -10,12 +15,12 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::quiet::Taken;
-use super::recipe::{self, Listing, Node};
+use super::recipe::{self, Entry, Listing, Mark, Node};
 use super::{Inner, RETRY};
 use crate::backend::queue::rule::Sight;
 use crate::backend::queue::{Driver, Turn};
 use crate::backend::session_service::SessionLocks;
-use crate::backend::{LockRequest, Wait};
+use crate::backend::{Kind, LockRequest, Wait};
 use crate::error::Error;
 
 /// An attempt's node until it holds the lock or is removed.
@@ -35,11 +40,43 @@ pub(super) struct Attempt {
 pub(super) struct Queue<'a> {
     pub(super) inner: &'a Arc<Inner>,
     pub(super) request: &'a LockRequest<'a>,
+    /// The other kind's node found ahead of the attempt's own: the attempt fails.
+    pub(super) mixed: std::sync::Mutex<Option<String>>,
 }
 
-impl Queue<'_> {
+impl<'a> Queue<'a> {
+    /// One acquire's view of the queue of `request`'s kind.
+    pub(super) fn new(inner: &'a Arc<Inner>, request: &'a LockRequest<'a>) -> Self {
+        Self {
+            inner,
+            request,
+            mixed: std::sync::Mutex::new(None),
+        }
+    }
+
     fn name(&self) -> &str {
         &self.request.lock.name
+    }
+
+    /// The kind of node the attempt makes.
+    fn mark(&self) -> Mark {
+        Mark::of(self.request.kind)
+    }
+
+    /// The attempt's node: its kind, and its data (the owner id, or the value advertised).
+    fn entry(&self) -> Entry<'_> {
+        let data = match self.request.kind {
+            Kind::Mutex => self.request.owner.as_bytes(),
+            Kind::Leader { value } => value.as_bytes(),
+        };
+        Entry {
+            mark: self.mark(),
+            data,
+        }
+    }
+
+    fn mixed(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.mixed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Keeps the folder watch of a listing that did not make the attempt the holder until it
@@ -58,6 +95,12 @@ impl Queue<'_> {
     fn ahead(&self, attempt: &mut Attempt, listing: Listing, sight: Sight) -> Option<Vec<String>> {
         self.park(attempt);
         let node = attempt.node.as_ref()?;
+        if let Some((seq, other)) = &listing.other {
+            if i64::try_from(*seq).is_ok_and(|seq| seq < node.seq) {
+                *self.mixed() = Some(format!("{}/{other}", attempt.dir));
+                return None;
+            }
+        }
         let children = listing.children;
         let at = children.iter().position(|c| c == node.name())?;
         attempt.watcher = Some((listing.watcher, children.len() == 1));
@@ -129,8 +172,8 @@ impl Driver for Queue<'_> {
             inner.quiet.end(dir);
         }
         let list = taken.is_none();
-        let owner = self.request.owner;
-        let created = recipe::create(&inner.session, dir, &attempt.guid, owner, list).await;
+        let entry = self.entry();
+        let created = recipe::create(&inner.session, dir, &attempt.guid, entry, list).await;
         let (node, listed) = created?;
         let seq = node.seq;
         attempt.node = Some(node);
@@ -149,7 +192,10 @@ impl Driver for Queue<'_> {
         attempt: &mut Attempt,
         sight: Sight,
     ) -> Result<Option<Vec<String>>, zk::Error> {
-        let listing = self.inner.list(&attempt.dir).await?;
+        if self.mixed().is_some() {
+            return Ok(None);
+        }
+        let listing = self.inner.list(&attempt.dir, self.mark()).await?;
         Ok(self.ahead(attempt, listing, sight))
     }
 
@@ -233,7 +279,22 @@ impl Driver for Queue<'_> {
         self.inner.fail(Some(self.name()), e)
     }
 
+    /// Also the end of an attempt that found the other kind's node ahead of its own.
     fn vanished(&self) -> Error {
+        if let Some(other) = self.mixed().take() {
+            let mine = self.mark();
+            return Error::WrongType {
+                lock: self.name().to_owned(),
+                key: other,
+                server: self.inner.session.server.clone(),
+                detail: format!(
+                    "the folder holds {} ahead of this attempt, {}: one name cannot be both \
+                     at once (the two queues would ignore each other)",
+                    mine.other().what(),
+                    mine.what()
+                ),
+            };
+        }
         Error::Unavailable {
             lock: Some(self.name().to_owned()),
             server: self.inner.session.server.clone(),

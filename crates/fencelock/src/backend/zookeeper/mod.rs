@@ -11,6 +11,11 @@
 //!   and the watch proving nobody touched them since (an acquire then skips the listing).
 //! - `ops`: a holding's node deleted, the lock's children for status, release by owner and
 //!   forced unlocks.
+//! - `elect`: elections in Curator's `LeaderLatch` layout (`_c_<guid>-latch-<seq>`, the value
+//!   as data, the lowest leads, the term is its `czxid`): the leader, a leader's new value,
+//!   the follower behind `Election::observe`. A campaign is an attempt of its own kind through
+//!   the same queue (`driver`); a name used as a mutex and as an election at once fails the
+//!   attempt that finds the other kind ahead (`Error::WrongType`).
 //! - here: the session (`Inner`) as a `super::session_service::SessionLocks`, which the
 //!   shared `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with etcd).
@@ -33,12 +38,13 @@ use super::holdings::Closing;
 use super::queue::{self, rule::First};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Held, LockRequest, Released};
+use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, Warning};
 use crate::watchdog::BoxFuture;
 
 mod driver;
+mod elect;
 mod ops;
 mod quiet;
 mod recipe;
@@ -170,10 +176,7 @@ impl SessionLocks for Inner {
             watcher: None,
             fast: None,
         };
-        let queue = Queue {
-            inner: self,
-            request,
-        };
+        let queue = Queue::new(self, request);
         let Some(held) = queue::take(&queue, &First, attempt, wait).await? else {
             return wait.not_acquired(name);
         };
@@ -202,6 +205,18 @@ impl SessionLocks for Inner {
         self.children(name).await
     }
 
+    async fn leader(&self, name: &str) -> Result<Option<Listed>, Error> {
+        self.leader_entry(name).await
+    }
+
+    async fn proclaim(&self, path: &str, _token: u64, value: &str) -> Result<bool, zk::Error> {
+        self.set_value(path, value).await
+    }
+
+    fn observe(self: &Arc<Self>, name: &str) -> Feed {
+        self.follow(name)
+    }
+
     async fn delete_head(&self, head: &Listed) -> Result<bool, zk::Error> {
         match self.session.call(|zk| zk.delete(&head.path, None)).await {
             Ok(()) => Ok(true),
@@ -219,9 +234,13 @@ impl Inner {
 
     /// Lists the lock's queue with a watch, once the folder's persistent watch is gone (see
     /// `Quiet::end`).
-    pub(super) async fn list(&self, dir: &str) -> Result<recipe::Listing, zk::Error> {
+    pub(super) async fn list(
+        &self,
+        dir: &str,
+        mark: recipe::Mark,
+    ) -> Result<recipe::Listing, zk::Error> {
         self.quiet.end(dir);
-        recipe::list(&self.session, dir).await
+        recipe::list(&self.session, dir, mark).await
     }
 
     /// The attempt's node is the lowest: a new holding, watched for a forced delete.

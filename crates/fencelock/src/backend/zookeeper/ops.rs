@@ -72,7 +72,9 @@ impl Inner {
     }
 
     /// The lock's children in queue order with their data, read in one multi-read; a node
-    /// deleted between the listing and the read is left out.
+    /// deleted between the listing and the read is left out. Both kinds count (`-lock-` and
+    /// `-latch-`: a name is one kind at a time), so status shows an election's leader as the
+    /// holder and a forced unlock deposes it.
     ///
     /// The listing follows a `sync`, sent in the same round trip: a session reads from its
     /// own member of the ensemble, which may not have applied yet what another client's
@@ -94,7 +96,7 @@ impl Inner {
             Err(zk::Error::NoNode) => Vec::new(),
             other => other.map_err(fail)?,
         };
-        let paths: Vec<String> = recipe::sorted(listed)
+        let paths: Vec<String> = recipe::sorted_all(listed)
             .into_iter()
             .map(|c| format!("{dir}/{c}"))
             .collect();

@@ -1,10 +1,16 @@
-//! Apache Curator's `InterProcessMutex` layout, written for fencelock.
+//! Apache Curator's `InterProcessMutex` and `LeaderLatch` layouts, written for fencelock.
 //!
 //! A lock named N is the node `<base>/N` (a container node); each attempt creates an
 //! ephemeral sequential child `_c_<guid>-lock-<10 digits>` holding the owner id. The lowest
 //! sequence holds the lock; a waiter watches only the node just before its own, so a release
 //! wakes one waiter, in arrival order. Creation is protected: after a lost reply, the attempt
 //! finds its node again by its GUID (and its `ephemeralOwner`), never making a second one.
+//!
+//! An election named N is the same folder with `LeaderLatch`'s mark: each campaign creates
+//! `_c_<guid>-latch-<10 digits>` holding the value it advertises, and the lowest `latch-`
+//! sequence leads. The two marks are two queues that ignore each other (Curator's recipes do
+//! not look at the other's nodes), so an attempt that finds the other kind's node ahead of
+//! its own fails (see `super::driver`).
 
 use std::sync::Arc;
 
@@ -12,6 +18,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::session::Session;
+use crate::backend::Kind;
 
 /// Whether a request failed with the connection (lost, silent past the response timeout, or
 /// found dead by `zookeeper-client`, which reports that and I/O failures as `Custom`), not
@@ -26,12 +33,54 @@ pub(crate) fn connection_lost(e: &zk::Error) -> bool {
 /// The ACL of every node fencelock creates.
 const ACLS: zk::Acls<'static> = zk::Acls::anyone_all();
 
-/// How a lock child's name ends before its sequence.
-const LOCK_MARK: &str = "lock-";
+/// How a child's name ends before its sequence: its kind, as Curator names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mark {
+    /// A mutex's attempt (`InterProcessMutex`): `-lock-`.
+    Lock,
+    /// An election's participant (`LeaderLatch`): `-latch-`.
+    Latch,
+}
 
-/// The sequence number of a lock child, as Curator sorts them (after the last `lock-`).
-pub(crate) fn sequence(child: &str) -> Option<u64> {
-    let at = child.rfind(LOCK_MARK)? + LOCK_MARK.len();
+impl Mark {
+    /// The mark of an acquire of `kind`.
+    pub(crate) fn of(kind: Kind<'_>) -> Self {
+        match kind {
+            Kind::Mutex => Mark::Lock,
+            Kind::Leader { .. } => Mark::Latch,
+        }
+    }
+
+    /// The text before the sequence.
+    pub(crate) fn text(self) -> &'static str {
+        match self {
+            Mark::Lock => "lock-",
+            Mark::Latch => "latch-",
+        }
+    }
+
+    /// The other kind.
+    pub(crate) fn other(self) -> Self {
+        match self {
+            Mark::Lock => Mark::Latch,
+            Mark::Latch => Mark::Lock,
+        }
+    }
+
+    /// What the kind is, for errors.
+    pub(crate) fn what(self) -> &'static str {
+        match self {
+            Mark::Lock => "a mutex (Curator InterProcessMutex, `-lock-` nodes)",
+            Mark::Latch => "an election (Curator LeaderLatch, `-latch-` nodes)",
+        }
+    }
+}
+
+/// The sequence number of a child of kind `mark`, as Curator sorts them (after the last
+/// mark).
+pub(crate) fn sequence(child: &str, mark: Mark) -> Option<u64> {
+    let mark = mark.text();
+    let at = child.rfind(mark)? + mark.len();
     let digits = &child[at..];
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -39,14 +88,40 @@ pub(crate) fn sequence(child: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// The lock children in sequence order (other children are not locks: left out).
-pub(crate) fn sorted(children: Vec<String>) -> Vec<String> {
-    let mut locks: Vec<(u64, String)> = children
+/// The children of kind `mark` in sequence order (other children are left out).
+pub(crate) fn sorted(children: Vec<String>, mark: Mark) -> Vec<String> {
+    split(children, mark).0
+}
+
+/// The children of either kind in sequence order (other children are left out).
+pub(crate) fn sorted_all(children: Vec<String>) -> Vec<String> {
+    let mut all: Vec<(u64, String)> = children
         .into_iter()
-        .filter_map(|c| sequence(&c).map(|s| (s, c)))
+        .filter_map(|c| {
+            let seq = sequence(&c, Mark::Lock).or_else(|| sequence(&c, Mark::Latch));
+            seq.map(|s| (s, c))
+        })
         .collect();
-    locks.sort();
-    locks.into_iter().map(|(_, c)| c).collect()
+    all.sort();
+    all.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The children of kind `mark` in sequence order, and the other kind's first child (lowest
+/// sequence) with its sequence, if any.
+pub(crate) fn split(children: Vec<String>, mark: Mark) -> (Vec<String>, Option<(u64, String)>) {
+    let mut mine: Vec<(u64, String)> = Vec::new();
+    let mut other: Option<(u64, String)> = None;
+    for child in children {
+        if let Some(seq) = sequence(&child, mark) {
+            mine.push((seq, child));
+        } else if let Some(seq) = sequence(&child, mark.other()) {
+            if other.as_ref().is_none_or(|(s, _)| seq < *s) {
+                other = Some((seq, child));
+            }
+        }
+    }
+    mine.sort();
+    (mine.into_iter().map(|(_, c)| c).collect(), other)
 }
 
 /// A fresh GUID in the form Curator uses (a random UUID).
@@ -97,27 +172,46 @@ async fn make_dir(session: &Session, dir: &str) -> Result<(), zk::Error> {
     }
 }
 
-/// The lock's children in queue order, listed with a watch on the folder: it fires at the
-/// next change of the queue (a node created or deleted).
+/// The queue's children (of one kind) in order, listed with a watch on the folder: it fires
+/// at the next change of the folder (a node created or deleted).
 pub(crate) struct Listing {
     pub(crate) children: Vec<String>,
+    /// The other kind's first child, with its sequence (see [`split`]).
+    pub(crate) other: Option<(u64, String)>,
     pub(crate) watcher: zk::OneshotWatcher,
 }
 
-/// Lists the lock's children, watching the folder.
-pub(crate) async fn list(session: &Session, dir: &str) -> Result<Listing, zk::Error> {
-    let (children, watcher) = session.call(|zk| zk.list_and_watch_children(dir)).await?;
-    Ok(Listing {
-        children: sorted(children),
-        watcher,
-    })
+impl Listing {
+    fn new(children: Vec<String>, mark: Mark, watcher: zk::OneshotWatcher) -> Self {
+        let (children, other) = split(children, mark);
+        Self {
+            children,
+            other,
+            watcher,
+        }
+    }
 }
 
-/// The sequence number at the end of a lock node's path (`-1` if none).
+/// Lists the folder's children of kind `mark`, watching the folder.
+pub(crate) async fn list(session: &Session, dir: &str, mark: Mark) -> Result<Listing, zk::Error> {
+    let (children, watcher) = session.call(|zk| zk.list_and_watch_children(dir)).await?;
+    Ok(Listing::new(children, mark, watcher))
+}
+
+/// The sequence number at the end of a lock or latch node's path (`-1` if none).
 pub(crate) fn seq_of(path: &str) -> i64 {
-    sequence(path)
+    sequence(path, Mark::Lock)
+        .or_else(|| sequence(path, Mark::Latch))
         .and_then(|s| i64::try_from(s).ok())
         .unwrap_or(-1)
+}
+
+/// What an attempt's node is: its kind, and the data it stores (the owner id, or the value
+/// a participant advertises).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Entry<'a> {
+    pub(crate) mark: Mark,
+    pub(crate) data: &'a [u8],
 }
 
 /// Creates the attempt's node and, if `list`, lists the queue in one round trip: the listing
@@ -130,16 +224,16 @@ pub(crate) async fn create(
     session: &Session,
     dir: &str,
     guid: &str,
-    owner: &str,
+    entry: Entry<'_>,
     list: bool,
 ) -> Result<(Node, Option<Listing>), zk::Error> {
-    let prefix = format!("{dir}/_c_{guid}-{LOCK_MARK}");
+    let prefix = format!("{dir}/_c_{guid}-{}", entry.mark.text());
     let mode = zk::CreateMode::EphemeralSequential.with_acls(ACLS);
     let mut tries = 0;
     loop {
         tries += 1;
         let sent = Instant::now();
-        let created = session.zk.create(&prefix, owner.as_bytes(), &mode);
+        let created = session.zk.create(&prefix, entry.data, &mode);
         let listed = list.then(|| session.zk.list_and_watch_children(dir));
         let listed = async {
             match listed {
@@ -157,10 +251,7 @@ pub(crate) async fn create(
                 };
                 let listing = listed
                     .and_then(Result::ok)
-                    .map(|(children, watcher)| Listing {
-                        children: sorted(children),
-                        watcher,
-                    });
+                    .map(|(children, watcher)| Listing::new(children, entry.mark, watcher));
                 return Ok((node, listing));
             }
             Err(zk::Error::NoNode) if tries < 4 => make_dir(session, dir).await?,
@@ -305,15 +396,39 @@ mod tests {
             "_c_c-lock-0000000100".to_owned(),
         ];
         assert_eq!(
-            sorted(children),
+            sorted(children, Mark::Lock),
             [
                 "_c_a-lock-0000000003",
                 "_c_b-lock-0000000012",
                 "_c_c-lock-0000000100"
             ]
         );
-        assert_eq!(sequence("_c_x-lock-0000000007"), Some(7));
-        assert_eq!(sequence("lock-12a"), None);
+        assert_eq!(sequence("_c_x-lock-0000000007", Mark::Lock), Some(7));
+        assert_eq!(sequence("lock-12a", Mark::Lock), None);
+    }
+
+    #[test]
+    fn latches_and_locks_are_two_kinds() {
+        let children = vec![
+            "_c_b-latch-0000000012".to_owned(),
+            "_c_a-lock-0000000003".to_owned(),
+            "_c_c-latch-0000000001".to_owned(),
+            "_c_d-lock-0000000002".to_owned(),
+        ];
+        let (latches, other) = split(children, Mark::Latch);
+        assert_eq!(latches, ["_c_c-latch-0000000001", "_c_b-latch-0000000012"]);
+        assert_eq!(other, Some((2, "_c_d-lock-0000000002".to_owned())));
+        assert_eq!(
+            sorted_all(vec![
+                "_c_b-latch-0000000012".to_owned(),
+                "x".to_owned(),
+                "_c_a-lock-0000000003".to_owned(),
+            ]),
+            ["_c_a-lock-0000000003", "_c_b-latch-0000000012"]
+        );
+        assert_eq!(sequence("_c_x-latch-0000000007", Mark::Lock), None);
+        assert_eq!(seq_of("/f/_c_x-latch-0000000007"), 7);
+        assert_eq!(seq_of("/f/_c_x-lock-0000000008"), 8);
     }
 
     #[test]

@@ -92,6 +92,12 @@ impl Session {
         self.stop.cancel();
     }
 
+    /// Resolves once the session was stopped (its client closed or replaced it): tasks that
+    /// hold it, such as an election's follower, end then and let it close.
+    pub(crate) fn stopped(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.stop.cancelled()
+    }
+
     /// Sends one request (built by `request`, which the client sends at once) bounded by the
     /// response timeout, and notes its send time when the server answered it.
     pub(crate) async fn call<'a, T, Fut>(
