@@ -16,9 +16,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-/// PROGRAM of a participant: says it leads (term and value), then waits for a line on stdin
-/// (the test ends its term by writing one), and exits 0.
-const LEADING: &str = "echo \"lead $FENCELOCK_TOKEN $FENCELOCK_TERM $FENCELOCK_VALUE\"; read x";
+/// PROGRAM of a participant: says it leads (term, its pid and value), then waits for a line on
+/// stdin (the test ends its term by writing one), and exits 0.
+const LEADING: &str = "echo \"lead $FENCELOCK_TOKEN $FENCELOCK_TERM $$ $FENCELOCK_VALUE\"; read x";
 
 /// What a started process's stdout sends when it closes (the process ended).
 const CLOSED: &str = "(stdout closed)";
@@ -29,6 +29,8 @@ struct Lines {
     rx: UnboundedReceiver<(usize, String)>,
     /// The processes the test ended on purpose: their stdout's end is no news.
     ended: Vec<usize>,
+    /// The pid of the PROGRAM that last said it leads.
+    program: i32,
 }
 
 /// A `fencelock elect` process: its stdin (PROGRAM reads it), the process, and its stderr so
@@ -46,6 +48,7 @@ impl Lines {
             tx,
             rx,
             ended: Vec::new(),
+            program: 0,
         }
     }
 
@@ -102,7 +105,7 @@ impl Lines {
         self.ended.push(who);
     }
 
-    /// The next `lead TERM TERM VALUE` line: who printed it, the term, the value.
+    /// The next `lead TERM TERM PID VALUE` line: who printed it, the term, the value.
     async fn lead(&mut self, secs: u64, what: &str) -> (usize, u64, String) {
         let (who, line) = self.next(secs, what).await;
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -111,7 +114,8 @@ impl Lines {
             words[1], words[2],
             "FENCELOCK_TOKEN is FENCELOCK_TERM: {line}"
         );
-        (who, words[1].parse().unwrap(), words[3..].join(" "))
+        self.program = words[3].parse().unwrap();
+        (who, words[1].parse().unwrap(), words[4..].join(" "))
     }
 }
 
@@ -214,6 +218,7 @@ async fn again_is_an_active_standby_pair(kind: Kind, lease: &str, lease_ms: u64)
     let (first, term, _) = lines.lead(60, "one of the pair leads").await;
     pair[first].as_mut().unwrap().end_term().await;
     let (second, second_term, _) = lines.lead(60, "the standby takes over").await;
+    let program = lines.program;
     assert_ne!(second, first, "the standby leads");
     assert!(second_term > term, "terms {term} then {second_term}");
     // SIGKILL of the leader's fencelock: the former leader, campaigning again, leads within
@@ -223,6 +228,8 @@ async fn again_is_an_active_standby_pair(kind: Kind, lease: &str, lease_ms: u64)
     signal(killed.pid(), Signal::SIGKILL);
     let killed_at = Instant::now();
     let _ = killed.exit(10).await;
+    // PROGRAM does not outlive its `fencelock elect`, as under `fencelock run`.
+    all_gone(&[program], Duration::from_secs(1)).await;
     let (third, third_term, _) = lines
         .lead(60, "the standby takes over a killed leader")
         .await;
@@ -512,6 +519,28 @@ async fn bad_combinations_are_usage_errors_before_any_contact() {
         assert!(!text(&out).0.contains("hi"), "{args:?}: {:?}", text(&out));
     }
     assert!(listener.accept().is_err(), "a server was contacted");
+}
+
+/// An interactive PROGRAM under a terminal reads it while leading (its group is the
+/// terminal's foreground group), and `fencelock elect` exits with its status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_program_reads_the_terminal_while_leading() {
+    let server = Server::start(Kind::Etcd).await;
+    let (seen, code) = on_a_terminal(
+        &server,
+        "name?",
+        "fence\n",
+        "got fence",
+        &[
+            "elect",
+            "tty-election",
+            "--shell",
+            "printf 'name?'; read a; echo got $a; exit 3",
+        ],
+    )
+    .await;
+    assert!(seen.contains("got fence"), "{seen}");
+    assert_eq!(code, 3, "{seen}");
 }
 
 /// `elect --help` documents the environment PROGRAM gets and the exit codes.
