@@ -490,3 +490,71 @@ async fn elect_through(url: &str) {
     second.resign().await.unwrap();
     assert_eq!(next(&mut observer, 5.0, "nobody at the end").await, None);
 }
+
+/// A participant that gives up (`campaign_timeout`) leaves the queue with its value, and is
+/// never handed the leadership afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_participant_that_gives_up_leaves_no_place() {
+    let server = server();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let first = a.election("patience").campaign("a").await.unwrap();
+    let started = std::time::Instant::now();
+    match b
+        .election("patience")
+        .campaign_timeout("b", Duration::from_millis(300))
+        .await
+    {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(queue_len(&server, "patience"), 0);
+    assert!(!keys(&server).contains(&"fencelock:{patience}:waiting".to_owned()));
+    first.resign().await.unwrap();
+    assert_eq!(a.election("patience").leader().await.unwrap(), None);
+}
+
+/// A leader's lease that runs out publishes nothing: the observer wakes at the end of the
+/// lease it read, and reports nobody. (The leader here is written by hand, as another tool
+/// would: the layout is the lock's hash with `=token` and `=v`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_sees_a_lease_run_out_without_a_message() {
+    let server = server();
+    let watcher = client(&server).await;
+    let key = "fencelock:{expiring}";
+    server
+        .command(&[
+            "HSET",
+            key,
+            "someone:1",
+            "7",
+            "=token",
+            "42",
+            "=v",
+            "by hand",
+        ])
+        .unwrap();
+    server.command(&["PEXPIRE", key, "800"]).unwrap();
+    let election = watcher.election("expiring");
+    assert_eq!(
+        seen(&election.leader().await.unwrap()),
+        Some(("by hand", 42))
+    );
+    let mut observer = election.observe().await.unwrap();
+    let first = next(&mut observer, 2.0, "the leader").await;
+    assert_eq!(seen(&first), Some(("by hand", 42)));
+    let read = std::time::Instant::now();
+    assert_eq!(
+        next(&mut observer, 3.0, "nobody once the lease ran out").await,
+        None
+    );
+    let waited = read.elapsed();
+    assert!(waited <= Duration::from_millis(1500), "{waited:?}");
+    // A holder without a value (a mutex of the same name) leads with the empty value.
+    let guard = watcher.lock("expiring").acquire().await.unwrap();
+    assert_eq!(
+        seen(&election.leader().await.unwrap()),
+        Some(("", guard.fencing_token()))
+    );
+    guard.release().await.unwrap();
+}

@@ -8,6 +8,10 @@
 //!   reply, the release sink), a leaf; `setup`: how connections are configured, a leaf.
 //! - `acquire`: the acquire algorithm (attempts named by id, waiting, handover, undo);
 //!   `waiters`: this client's local wait queues, fed by release messages.
+//! - Elections (one deployment; RedLock refuses them): a campaign is an acquire whose attempts
+//!   carry the participant's value (`terms::Attempt::value`), kept by the scripts in the lock's
+//!   slot; `leader` and `proclaim` are a script each; `observe`: a follower task on the
+//!   lock's subscription, shared with `waiters`.
 //! - `keys`: a lock's keys and channels (its docs list them); `places`: a waiter's place in
 //!   the server's queue, as the scripts write it; `abandoned`: attempts and holds given up,
 //!   given back first by the owner's next attempt.
