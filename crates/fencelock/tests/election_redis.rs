@@ -214,6 +214,52 @@ async fn a_campaign_and_resign_cost_two_publishes_more_than_a_mutex() {
     assert_eq!(total(&election), 11, "{election:?}");
 }
 
+/// A handover (the release that gives the lock to the first place) is one script for both
+/// kinds; an election's costs one `PUBLISH` more (`=leader`, for observers) and nothing else:
+/// the participant's value came with its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_costs_an_election_one_publish_more() {
+    let server = server();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let mut costs = Vec::new();
+    for election in [false, true] {
+        let name = if election { "he" } else { "hm" };
+        let (released, taken) = if election {
+            let first = a.election(name).campaign("a").await.unwrap();
+            let second = campaigning(&b, name, "b");
+            eventually(5.0, "b queued", || queue_len(&server, name) == 1).await;
+            let cost = commands(&server, async {
+                first.resign().await.unwrap();
+            })
+            .await;
+            (cost, leading(second).await.resign().await.unwrap())
+        } else {
+            let first = a.lock(name).acquire().await.unwrap();
+            let lock = b.lock(name);
+            let second = tokio::spawn(async move { lock.acquire().await.unwrap() });
+            eventually(5.0, "b queued", || queue_len(&server, name) == 1).await;
+            let cost = commands(&server, async {
+                first.release().await.unwrap();
+            })
+            .await;
+            let second = within(5.0, "handed over", second).await.unwrap();
+            (cost, second.release().await.unwrap())
+        };
+        assert_eq!(taken, Released::Released);
+        eprintln!("handover (election: {election}): {released:?}");
+        costs.push(released);
+    }
+    let count = |stats: &[(String, u64)], cmd: &str| {
+        stats.iter().find(|(c, _)| c == cmd).map_or(0, |(_, n)| *n)
+    };
+    let total = |stats: &[(String, u64)]| stats.iter().map(|(_, n)| n).sum::<u64>();
+    let (mutex, election) = (&costs[0], &costs[1]);
+    assert_eq!(count(mutex, "evalsha"), 1);
+    assert_eq!(count(election, "evalsha"), 1);
+    assert_eq!(count(election, "publish"), count(mutex, "publish") + 1);
+    assert_eq!(total(election), total(mutex) + 1, "{mutex:?} {election:?}");
+}
+
 /// Every command's calls (INFO commandstats) that `f` caused, but the INFO calls themselves.
 async fn commands(
     server: &RedisServer,
