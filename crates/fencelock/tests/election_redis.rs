@@ -71,7 +71,7 @@ async fn a_participant_leads_until_it_resigns() {
 }
 
 /// Participants lead in arrival order, each with a strictly higher term; a value with spaces,
-/// a newline and `=` survives the wait in the queue and the handover; `status` reads an
+/// a newline, `=` and NUL survives the wait in the queue and the handover; `status` reads an
 /// election's places.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_participant_leads_in_arrival_order_with_a_higher_term() {
@@ -83,7 +83,7 @@ async fn the_next_participant_leads_in_arrival_order_with_a_higher_term() {
     );
     let name = "order";
     let first = a.election(name).campaign("a").await.unwrap();
-    let odd = "b: spaces and\nnewlines = ✓ ";
+    let odd = "b: spaces and\nnewlines = ✓ \0 ";
     let second = campaigning(&b, name, odd);
     eventually(5.0, "b queued", || queue_len(&server, name) == 1).await;
     let third = campaigning(&c, name, "c");

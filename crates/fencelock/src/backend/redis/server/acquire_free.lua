@@ -16,9 +16,10 @@
 -- leaves only the counter's TTL renewed. A counter of the wrong type is not written (SET
 -- ... GET refuses it) and acquire.lua names it.
 --
--- An election's participant that neither queues nor gives anything back (ARGV[6], ARGV[7]
--- and ARGV[10] empty, ARGV[11] its value: see acquire.lua) takes a free lock here too: its
--- value goes in the '=v' field, and observers hear '=leader' on the lock's channel.
+-- An election's participant that neither queues, claims nor gives anything back (ARGV[6] and
+-- ARGV[7] empty, ARGV[11] its value and the last argument: see acquire.lua) takes a free lock
+-- here too: its value goes in the '=v' field, and observers hear '=leader' on the lock's
+-- channel.
 local elects = #ARGV == 11 and ARGV[6] == '' and ARGV[7] == '' and string.byte(ARGV[11]) == 61
 if (#ARGV < 6 or elects) and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   local floor = ARGV[5]
@@ -30,7 +31,8 @@ if (#ARGV < 6 or elects) and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   if not last or (type(last) == 'string' and not string.find(last, '%D')
       and (#last < #floor or (#last == #floor and last < floor))) then
     if elects then
-      redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], '=token', floor, '=v', string.sub(ARGV[11], 2))
+      local value = string.sub(ARGV[11], 2)
+      redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], '=token', floor, '=v', value)
       redis.call(ARGV[9] == 'S' and 'SPUBLISH' or 'PUBLISH', ARGV[8], '=leader')
     else
       redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], '=token', floor)

@@ -1,7 +1,7 @@
 //! A Redis deployment that acts as one server for a lock (single server, Sentinel-managed
-//! master, or Cluster): the lock and election operations. How requests are sent (routing to the master,
-//! NOSCRIPT, time bounds, resending) is in `exec`; the scripts, their arguments and the
-//! parsing of their replies are in `scripts`.
+//! master, or Cluster): the lock and election operations. How requests are sent (routing to
+//! the master, NOSCRIPT, time bounds, resending) is in `exec`; the scripts, their arguments
+//! and the parsing of their replies are in `scripts`.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
