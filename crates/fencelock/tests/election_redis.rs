@@ -604,3 +604,32 @@ async fn an_observer_sees_a_lease_run_out_without_a_message() {
     );
     guard.release().await.unwrap();
 }
+
+/// One client that observes and campaigns shares one subscription for both: its campaign
+/// (which then queues at once) leads, its observer sees it, and dropping the observer while
+/// the leadership lives leaves the campaign's subscription alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_observes_and_campaigns() {
+    let server = server();
+    let client = client(&server).await;
+    let other = client_at(&server.url(), 30_000).await;
+    let election = client.election("both");
+    let mut observer = election.observe().await.unwrap();
+    assert_eq!(next(&mut observer, 2.0, "nobody").await, None);
+    let first = election.campaign("mine").await.unwrap();
+    assert_eq!(
+        seen(&next(&mut observer, 2.0, "mine").await),
+        Some(("mine", first.term()))
+    );
+    drop(observer);
+    // A participant of this client queued behind another client's leader is still handed the
+    // leadership through the shared subscription.
+    first.resign().await.unwrap();
+    let theirs = other.election("both").campaign("theirs").await.unwrap();
+    let mine = campaigning(&client, "both", "mine again");
+    eventually(5.0, "queued", || queue_len(&server, "both") == 1).await;
+    theirs.resign().await.unwrap();
+    let again = leading(mine).await;
+    assert_eq!(again.value(), "mine again");
+    again.resign().await.unwrap();
+}
