@@ -205,10 +205,12 @@ impl LockService for RedisFamily {
     /// Elections on one deployment (server, Sentinel, Cluster); RedLock refuses them.
     fn check_kind(&self, kind: Kind<'_>) -> Result<(), Error> {
         match kind {
+            Kind::Mutex => Ok(()),
             Kind::Leader { .. } if self.engine.one().is_none() => {
                 Err(no_redlock_election("Election::campaign"))
             }
-            _ => Ok(()),
+            Kind::Leader { .. } => Ok(()),
+            kind => Err(crate::backend::refused(self.name(), kind)),
         }
     }
 
@@ -274,8 +276,9 @@ impl LockService for RedisFamily {
                     .replica_acks
                     .map(|(replicas, timeout)| ReplicaAcks { replicas, timeout }),
                 value: match request.kind {
-                    Kind::Mutex => None,
                     Kind::Leader { value } => Some(value.into()),
+                    // The other kinds are refused before any I/O (`check_kind`).
+                    Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => None,
                 },
             };
             match wait {
