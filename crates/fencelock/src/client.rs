@@ -8,6 +8,8 @@ use crate::error::{Result, Warning};
 use crate::lock::Lock;
 use crate::multi::MultiLock;
 use crate::options::ClientOptions;
+use crate::rwlock::RwLock;
+use crate::semaphore::Semaphore;
 use crate::shared::Shared;
 use crate::status::LockStatus;
 
@@ -96,6 +98,18 @@ impl Client {
     /// operation, before any I/O.
     pub fn multi_lock(&self, names: &[&str]) -> MultiLock {
         MultiLock::new(&self.inner, names)
+    }
+
+    /// A handle on the read-write lock `name` (see [`RwLock`]): its read and write sides,
+    /// with one owner id (this handle's). Cheap; no I/O.
+    pub fn rw_lock(&self, name: &str) -> RwLock {
+        RwLock::new(self.lock(name))
+    }
+
+    /// A handle on the semaphore `name` of `permits` permits (see [`Semaphore`]; 1 to
+    /// [`crate::MAX_PERMITS`], checked by the first operation before any I/O). Cheap; no I/O.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
+        Semaphore::new(self.inner.clone(), name, permits)
     }
 
     /// A handle on the leader election `name` (see [`Election`]). Cheap; no I/O. A name is

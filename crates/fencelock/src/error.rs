@@ -297,6 +297,50 @@ pub enum Error {
         /// Why the service cannot do it.
         why: &'static str,
     },
+    /// The name is used on the servers as another primitive (a mutex, an election, a
+    /// read-write lock, a semaphore, or a semaphore of another number of permits is a
+    /// [`Error::PermitsMismatch`]): one name, one kind, never two layouts that each side
+    /// believes it holds.
+    #[error("{lock:?} is used as a {found} on server {server}; it was asked for as a {asked}")]
+    PrimitiveMismatch {
+        /// The name.
+        lock: String,
+        /// What it was asked for as (`"mutex"`, `"election"`, `"read-write lock"`,
+        /// `"semaphore"`).
+        asked: &'static str,
+        /// What the servers hold under it, in the same words.
+        found: String,
+        /// The server address.
+        server: String,
+    },
+    /// An owner that holds a read-write lock's read side asked for its write side: the
+    /// writer would wait for its own read hold (and two readers upgrading would wait for each
+    /// other), so it is refused at once. Release the read side first. (The other way, write
+    /// then read, is a downgrade and is granted at once.)
+    #[error(
+        "read-write lock {lock:?}: owner {owner} holds the read side and asked for the write \
+         side; an upgrade would deadlock (release the read side first)"
+    )]
+    UpgradeRefused {
+        /// The lock name.
+        lock: String,
+        /// The owner id.
+        owner: String,
+    },
+    /// A semaphore was asked for with another number of permits than the one stored with it.
+    /// [`crate::Semaphore::resize`] changes the stored number.
+    #[error(
+        "semaphore {lock:?} has {stored} permits, not {asked}; Semaphore::resize changes the \
+         number"
+    )]
+    PermitsMismatch {
+        /// The semaphore's name.
+        lock: String,
+        /// The number stored with it.
+        stored: u32,
+        /// The number asked for.
+        asked: u32,
+    },
     /// [`crate::Client::close`] found background work (releases, undos, RedLock requests
     /// still in flight) unfinished after its bound, or failed: a server that did not answer
     /// may keep a grant until its lease ends.

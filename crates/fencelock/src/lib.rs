@@ -34,6 +34,8 @@ mod multi;
 mod name;
 mod options;
 mod redact;
+mod rwlock;
+mod semaphore;
 mod shared;
 mod status;
 mod telemetry;
@@ -58,6 +60,8 @@ pub use options::{
     MIN_FENCE_HORIZON, MIN_LEASE,
 };
 pub use redact::redact_url;
+pub use rwlock::RwLock;
+pub use semaphore::{Semaphore, MAX_PERMITS};
 pub use status::{LockStatus, Waiter};
 
 /// The repository README's Rust examples compile.

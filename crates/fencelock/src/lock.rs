@@ -41,6 +41,8 @@ pub struct Lock {
     explicit_owner: bool,
     options: LockOptions,
     problem: Option<InputError>,
+    /// What this handle takes: the mutex, or a side of a read-write lock, or a permit.
+    kind: Kind<'static>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -87,8 +89,15 @@ impl Lock {
             explicit_owner: false,
             options: LockOptions::default(),
             problem: None,
+            kind: Kind::Mutex,
             client,
         }
+    }
+
+    /// The same handle taking `kind` (a read-write lock's side, a semaphore's permit).
+    pub(crate) fn with_kind(mut self, kind: Kind<'static>) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// The same lock with other options (same owner). Invalid options are reported by the
@@ -148,8 +157,13 @@ impl Lock {
             lease,
             renew,
             options: &self.options,
-            kind: Kind::Mutex,
+            kind: self.kind,
         })
+    }
+
+    /// Asks for a holding of this handle's own kind.
+    pub(crate) async fn ask_own(&self, wait: Wait) -> Result<Result<Guard, Contended>> {
+        self.ask(self.kind, wait).await
     }
 
     /// The input checks of an acquire alone, before any I/O.
@@ -181,7 +195,7 @@ impl Lock {
     /// notifications, bounded by the holder's remaining lease; dropping the future cancels the
     /// wait (and undoes an attempt that may have reached the server).
     pub async fn acquire(&self) -> Result<Guard> {
-        self.ask(Kind::Mutex, Wait::Until(None))
+        self.ask(self.kind, Wait::Until(None))
             .instrument(tracing::debug_span!("acquire", lock = %self.name))
             .await?
             .map_err(|busy| self.busy_error(busy))
@@ -194,7 +208,7 @@ impl Lock {
     /// any I/O. To wait without a bound, use [`Lock::acquire`].
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Guard> {
         let wait = timed("acquire_timeout", timeout)?;
-        self.ask(Kind::Mutex, wait)
+        self.ask(self.kind, wait)
             .instrument(tracing::debug_span!("acquire", lock = %self.name, ?timeout))
             .await?
             .map_err(|busy| self.busy_error(busy))
@@ -202,7 +216,7 @@ impl Lock {
 
     /// One attempt: the guard, or the holder's remaining lease.
     pub async fn try_acquire(&self) -> Result<Result<Guard, Contended>> {
-        self.ask(Kind::Mutex, Wait::No)
+        self.ask(self.kind, Wait::No)
             .instrument(tracing::debug_span!("try_acquire", lock = %self.name))
             .await
     }

@@ -136,6 +136,22 @@ pub(crate) enum Kind<'a> {
         /// The value the participant advertises while it leads.
         value: &'a str,
     },
+    /// A read-write lock's read side: holds when no writer is ahead of it in the queue (so a
+    /// reader waits for every earlier writer, and a writer for everyone earlier). An owner
+    /// that holds the write side takes the read side at once (a downgrade).
+    Read,
+    /// A read-write lock's write side: holds when nothing is ahead. An owner that holds only
+    /// the read side is refused at once (`Error::UpgradeRefused`): it would wait for itself.
+    Write,
+    /// One permit of a semaphore of `permits`: holds when fewer than `permits` holdings are
+    /// ahead. Each permit is a holding of its own (no re-entry). `permits` is stored with the
+    /// semaphore; another number is refused (`Error::PermitsMismatch`) unless `resize`.
+    Permit {
+        /// The semaphore's number of permits, as the caller asked.
+        permits: u32,
+        /// Store `permits` as the semaphore's number (`Semaphore::resize`).
+        resize: bool,
+    },
 }
 
 /// The leader of an election: the value it advertises and its term.
@@ -223,6 +239,23 @@ pub enum Released {
     NotHeld,
 }
 
+/// The refusal of `kind` by a service that does not offer it.
+pub(crate) fn refused(service: &'static str, kind: Kind<'_>) -> Error {
+    let (what, why) = match kind {
+        Kind::Mutex => ("a mutex", "this service offers no mutex"),
+        Kind::Leader { .. } => (
+            "Election::campaign",
+            "this service offers no leader election",
+        ),
+        Kind::Read | Kind::Write => (
+            "a read-write lock",
+            "this service offers no read-write lock",
+        ),
+        Kind::Permit { .. } => ("a semaphore", "this service offers no semaphore"),
+    };
+    Error::Unsupported { service, what, why }
+}
+
 /// A coordination service, as the core sees it: the seam every service implements in its
 /// folder (`backend/<service>/`) and registers in [`registry`].
 ///
@@ -259,7 +292,7 @@ pub(crate) trait LockService: Send + Sync + 'static {
     fn check_kind(&self, kind: Kind<'_>) -> Result<(), Error> {
         match kind {
             Kind::Mutex => Ok(()),
-            Kind::Leader { .. } => Err(self.no_election("Election::campaign")),
+            kind => Err(refused(self.name(), kind)),
         }
     }
 

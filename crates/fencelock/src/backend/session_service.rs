@@ -248,8 +248,12 @@ impl<S: SessionLocks> LockService for SessionService<S> {
     }
 
     /// Both kinds: the mutex and the election, in the layouts of the service's own recipes.
-    fn check_kind(&self, _kind: Kind<'_>) -> Result<(), Error> {
-        Ok(())
+    /// Mutexes and elections; the other primitives are refused, before any I/O.
+    fn check_kind(&self, kind: Kind<'_>) -> Result<(), Error> {
+        match kind {
+            Kind::Mutex | Kind::Leader { .. } => Ok(()),
+            kind => Err(super::refused(S::SERVICE.name, kind)),
+        }
     }
 
     fn leader<'a>(

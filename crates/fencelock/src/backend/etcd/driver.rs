@@ -66,8 +66,9 @@ impl Driver for Queue<'_> {
     ) -> Result<Option<Vec<Entry>>, Fault> {
         // A mutex's key stores the owner id; an election's the value it advertises.
         let data = match self.request.kind {
-            Kind::Mutex => &**self.request.owner,
             Kind::Leader { value } => value,
+            // The other kinds are refused before any I/O (`check_kind`).
+            Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => &**self.request.owner,
         };
         let session = &self.inner.session;
         let created = recipe::create(session, &self.dir, &attempt.key, data).await?;

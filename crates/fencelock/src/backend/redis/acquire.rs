@@ -37,6 +37,9 @@ pub(crate) struct Ask<'a> {
     /// The watchdog renews the lease (no explicit lease was given).
     pub(crate) renew: bool,
     pub(crate) acks: Option<ReplicaAcks>,
+    /// An election's participant: the value it advertises, which every attempt (and place in
+    /// the server's queue) carries. `None`: a mutex.
+    pub(crate) value: Option<Arc<str>>,
 }
 
 /// What one attempt found.
@@ -145,6 +148,7 @@ impl Ask<'_> {
                 .join
                 .map(|_| self.family.waiters.client_id().clone()),
             abandoned: self.family.abandoned.pending(self.keys.name(), self.owner),
+            value: self.value.clone(),
         }
     }
 

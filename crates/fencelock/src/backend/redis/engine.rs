@@ -36,6 +36,14 @@ impl Engine {
         }
     }
 
+    /// The one deployment, if this is not RedLock: elections live there.
+    pub(crate) fn one(&self) -> Option<&RedisBackend> {
+        match self {
+            Engine::One(b) => Some(b),
+            Engine::RedLock(_) => None,
+        }
+    }
+
     /// Whether the server keeps a wait queue and hands the lock over on release.
     pub(crate) fn queues(&self) -> bool {
         matches!(self, Engine::One(_))

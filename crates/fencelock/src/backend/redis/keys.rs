@@ -2,19 +2,25 @@
 //!
 //! All share the hash tag `{name}`, so that one lock's keys live in one Cluster slot:
 //! - `fencelock:{name}`: hash `owner id -> hold ids` (space-separated attempt ids, oldest first;
-//!   the hold count is their number), `=token` (the holding's fencing token), and `=q` while the
-//!   wait queue may have places (a release looks at the queue only then). TTL: the lease.
+//!   the hold count is their number), `=token` (the holding's fencing token), `=q` while the
+//!   wait queue may have places (a release looks at the queue only then), and `=v` when the
+//!   holder is an election's leader: the value it advertises (set by the acquire or the
+//!   handover, changed by `proclaim`). TTL: the lease.
 //! - `fencelock:{name}:fence`: the last fencing token issued. TTL: the client's fence horizon,
 //!   from that token on (a new counter starts from the server's clock).
 //! - `fencelock:{name}:queue` (list of waiting owner ids, in arrival order) and
-//!   `fencelock:{name}:waiting` (hash `owner id -> "attempt window_ms since_us client"`): the wait
-//!   queue (not RedLock). Both expire with the newest place's window. `status.lua` reads them with
-//!   the lock and the server's `TIME`; places past their window are listed as expired.
+//!   `fencelock:{name}:waiting` (hash `owner id -> "attempt window_ms since_us client"`, followed
+//!   by `" value"` for an election's participant, so that the handover sets the new leader's
+//!   `=v` in the same script): the wait queue (not RedLock). Both expire with the newest place's
+//!   window. `status.lua` reads them with the lock and the server's `TIME`; places past their
+//!   window are listed as expired.
 //! - `fencelock:{name}:released`: pub/sub channel (`SPUBLISH` on a Cluster), and
 //!   `...:released:<client id>` for each waiting client. A release hands the lock to the first
 //!   place with time left (one window; `=grant <attempt> <token> <elapsed_ms>` on its client's
 //!   channel), or publishes the owner id when places were all past their windows; RedLock always
-//!   publishes a unique release id. Force-unlock publishes `=forced` there, and
+//!   publishes a unique release id. An election's change of leader (taken, handed over, given
+//!   back, proclaimed) is published there as `=leader`, for observers (waiters ignore it).
+//!   Force-unlock publishes `=forced` there, and
 //!   `=forced <lock key> <hold ids>` on `fencelock:client:<client id>` of each holder's client
 //!   (subscribed on connect; not on a Cluster).
 

@@ -8,6 +8,10 @@
 //!   reply, the release sink), a leaf; `setup`: how connections are configured, a leaf.
 //! - `acquire`: the acquire algorithm (attempts named by id, waiting, handover, undo);
 //!   `waiters`: this client's local wait queues, fed by release messages.
+//! - Elections (one deployment; RedLock refuses them): a campaign is an acquire whose attempts
+//!   carry the participant's value (`terms::Attempt::value`), kept by the scripts in the lock's
+//!   slot; `leader` and `proclaim` are a script each; `observe`: a follower task on the
+//!   lock's subscription, shared with `waiters`.
 //! - `keys`: a lock's keys and channels (its docs list them); `places`: a waiter's place in
 //!   the server's queue, as the scripts write it; `abandoned`: attempts and holds given up,
 //!   given back first by the owner's next attempt.
@@ -43,11 +47,14 @@ use self::redlock::RedLock;
 use self::server::RedisBackend;
 use self::terms::{ReleaseSink, ReplicaAcks};
 use self::waiters::WaitRegistry;
-use super::{Acquired, Connected, Connecting, Ctx, LockRequest, LockService, Released, Wait};
+use super::{
+    Acquired, Connected, Connecting, Ctx, Feed, Kind, Leader, LockRequest, LockService, Released,
+    Wait,
+};
 use crate::backend::RawStatus;
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
-use crate::lease::{LeaseState, Renewal};
+use crate::lease::{LeaseState, LostReason, Renewal};
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
 use crate::watchdog::{BoxFuture, Renewals, Watchdog};
@@ -59,6 +66,7 @@ mod conn;
 mod distinct;
 mod engine;
 pub(crate) mod keys;
+mod observe;
 mod outcome;
 mod places;
 mod redlock;
@@ -140,6 +148,17 @@ impl RedisFamily {
     }
 }
 
+/// RedLock's refusal of an election operation (`what`).
+fn no_redlock_election(what: &'static str) -> Error {
+    Error::Unsupported {
+        service: "Redis",
+        what,
+        why: "RedLock offers no leader election: its servers keep no wait queue, and N servers \
+              handing a released lock over independently could each pick another next leader \
+              (and value); use one Redis server, a Sentinel set or a Cluster",
+    }
+}
+
 /// Connects the Redis family (its registry line): one URL, or RedLock's odd number of them.
 pub(crate) fn connect(c: Connecting<'_>) -> BoxFuture<'_, Result<Connected, Error>> {
     Box::pin(async move {
@@ -183,6 +202,59 @@ impl LockService for RedisFamily {
         }
     }
 
+    /// Elections on one deployment (server, Sentinel, Cluster); RedLock refuses them.
+    fn check_kind(&self, kind: Kind<'_>) -> Result<(), Error> {
+        match kind {
+            Kind::Mutex => Ok(()),
+            Kind::Leader { .. } if self.engine.one().is_none() => {
+                Err(no_redlock_election("Election::campaign"))
+            }
+            Kind::Leader { .. } => Ok(()),
+            kind => Err(crate::backend::refused(self.name(), kind)),
+        }
+    }
+
+    fn leader<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+    ) -> BoxFuture<'a, Result<Option<Leader>, Error>> {
+        Box::pin(async move {
+            let Some(backend) = self.engine.one() else {
+                return Err(no_redlock_election("Election::leader"));
+            };
+            let read = backend.leader(&LockKeys::of(lock)).await?;
+            Ok(read.map(|(leader, _)| leader))
+        })
+    }
+
+    /// Sets the leader's value while its hold is the lock's; a hold found gone is lost
+    /// (`LostReason::Renewal`: the server no longer has it), and nothing changes.
+    fn proclaim<'a>(
+        &'a self,
+        hold: &'a Arc<LeaseState>,
+        value: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let Some(backend) = self.engine.one() else {
+                return Err(no_redlock_election("Leadership::proclaim"));
+            };
+            if backend.proclaim(hold, value).await? {
+                return Ok(());
+            }
+            hold.fire_lost(LostReason::Renewal);
+            Err(hold.lost_error())
+        })
+    }
+
+    fn observe<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<Feed, Error>> {
+        Box::pin(async move {
+            if self.engine.one().is_none() {
+                return Err(no_redlock_election("Election::observe"));
+            }
+            observe::start(&self.engine, &self.waiters, LockKeys::of(lock)).await
+        })
+    }
+
     fn acquire<'a>(
         &'a self,
         ctx: &'a Ctx,
@@ -203,6 +275,11 @@ impl LockService for RedisFamily {
                     .options
                     .replica_acks
                     .map(|(replicas, timeout)| ReplicaAcks { replicas, timeout }),
+                value: match request.kind {
+                    Kind::Leader { value } => Some(value.into()),
+                    // The other kinds are refused before any I/O (`check_kind`).
+                    Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => None,
+                },
             };
             match wait {
                 Wait::No => Ok(match ask.once(rand::random(), Default::default()).await? {

@@ -1,5 +1,6 @@
 //! A waiter's place in a lock's wait queue, as the scripts store it
-//! (`attempt window_ms since_us client`), read into the public [`Waiter`].
+//! (`attempt window_ms since_us client`, followed by ` value` for an election's participant),
+//! read into the public [`Waiter`].
 
 use std::time::Duration;
 
@@ -40,15 +41,16 @@ pub(crate) fn waiter(owner: String, place: Option<&str>, now_us: u64) -> Waiter 
 }
 
 /// The window and the time taken of a place in the format the release script reads
-/// (queue.lua's parse_place): 'attempt window_ms since_us client', decimal and hex.
+/// (queue.lua's parse_place): 'attempt window_ms since_us client', decimal and hex, and an
+/// election participant's ' value' (any text) after it.
 fn parse(place: &str) -> Option<(u64, u64)> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
     let number = |s: &str| digits(s).then(|| s.parse::<u64>().ok()).flatten();
-    let mut parts = place.split(' ');
+    let mut parts = place.splitn(5, ' ');
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(attempt), Some(window), Some(since), Some(client))
-            if digits(attempt) && hex(client) && parts.next().is_none() =>
+            if digits(attempt) && hex(client) =>
         {
             number(window).zip(number(since))
         }

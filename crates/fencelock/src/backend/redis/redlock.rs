@@ -714,6 +714,7 @@ impl RedLock {
                     queueing: Queueing::default(),
                     listener: None,
                     abandoned: Vec::new(),
+                    value: None,
                 };
                 let _ = server.acquire(&attempt, Some(hold.token)).await;
             });

@@ -72,6 +72,8 @@ pub(crate) struct Attempt {
     /// future) and not yet undone: their holds and places are given back first, so that none
     /// counts as a re-entry of this attempt.
     pub(crate) abandoned: Vec<u64>,
+    /// An election's participant: the value it advertises (`None`: a mutex's attempt).
+    pub(crate) value: Option<Arc<str>>,
 }
 
 /// One hold to renew: its lease state names the lock, the owner, the hold and the lease.

@@ -13,6 +13,10 @@
 //! too. Any other message (a release with nobody queued, a forced unlock, a lost subscription)
 //! wakes each client's head, which tries again. With RedLock there is no server queue (each
 //! server would hand over on its own): heads of different clients race for the majority.
+//!
+//! An election's observers (`observe`) listen on the same subscription: every message on the
+//! lock's channel wakes each of them (they read the leader again), and a lost subscription
+//! tells them to stop. The `=leader` messages the scripts publish for them wake no waiter.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
@@ -53,7 +57,41 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Debug, Default)]
 struct Queue {
     waiters: VecDeque<Arc<Slot>>,
+    /// The election observers of this client that follow the lock.
+    observers: Vec<Arc<Watch>>,
     subscribed: bool,
+}
+
+impl Queue {
+    /// Nobody of this client listens on the channel any more.
+    fn is_empty(&self) -> bool {
+        self.waiters.is_empty() && self.observers.is_empty()
+    }
+}
+
+/// One election observer's part of the subscription: woken by every message on the lock's
+/// channel, and cut when the subscriber connection dropped (messages may have been missed).
+#[derive(Debug, Default)]
+pub(crate) struct Watch {
+    notify: Notify,
+    cut: std::sync::atomic::AtomicBool,
+}
+
+impl Watch {
+    /// Resolves at the next message (or cut) since the last call.
+    pub(crate) async fn woken(&self) {
+        self.notify.notified().await
+    }
+
+    /// Whether the subscription dropped since the observer joined.
+    pub(crate) fn is_cut(&self) -> bool {
+        self.cut.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A message for election observers only (see queue.lua's `LEADER`).
+fn for_observers(message: &[u8]) -> bool {
+    message == b"=leader"
 }
 
 /// The wait queues of one client, keyed by release channel.
@@ -178,13 +216,55 @@ impl WaitRegistry {
         Ok(ticket)
     }
 
+    /// Adds an election observer of the lock whose channel is `channel`, and makes sure the
+    /// subscriber connection receives that channel before returning (as [`Self::join`]), so
+    /// that a change after this point cannot be missed.
+    pub(crate) async fn watch(&self, engine: &Engine, channel: &str) -> Result<Arc<Watch>, Error> {
+        let watch = Arc::new(Watch::default());
+        let subscribed = {
+            let mut channels = self.channels();
+            let queue = channels.entry(channel.to_owned()).or_default();
+            queue.observers.push(watch.clone());
+            queue.subscribed
+        };
+        if !subscribed {
+            let order = self.subscription.lock().await;
+            if !self.channels().get(channel).is_some_and(|q| q.subscribed) {
+                if let Err(e) = engine.subscribe(&self.channels_of(engine, channel)).await {
+                    drop(order);
+                    self.unwatch(engine, channel, &watch).await;
+                    return Err(e);
+                }
+                if let Some(queue) = self.channels().get_mut(channel) {
+                    queue.subscribed = true;
+                }
+            }
+        }
+        Ok(watch)
+    }
+
+    /// Removes an election observer; the channel is unsubscribed if nobody else listens.
+    pub(crate) async fn unwatch(&self, engine: &Engine, channel: &str, watch: &Arc<Watch>) {
+        let idle = {
+            let mut channels = self.channels();
+            let Some(queue) = channels.get_mut(channel) else {
+                return;
+            };
+            queue.observers.retain(|w| !Arc::ptr_eq(w, watch));
+            queue.is_empty()
+        };
+        if idle {
+            self.unsubscribe_if_idle(engine, channel).await;
+        }
+    }
+
     /// Unsubscribes from a channel whose queue is empty; runs in the background task.
     pub(crate) async fn unsubscribe_if_idle(&self, engine: &Engine, channel: &str) {
         let _order = self.subscription.lock().await;
         {
             let mut channels = self.channels();
             match channels.get(channel) {
-                Some(q) if q.waiters.is_empty() => {
+                Some(q) if q.is_empty() => {
                     let was_subscribed = q.subscribed;
                     channels.remove(channel);
                     if !was_subscribed {
@@ -217,7 +297,7 @@ impl WaitRegistry {
                 next.notify.notify_one();
             }
         }
-        queue.waiters.is_empty()
+        queue.is_empty()
     }
 
     fn is_head(&self, channel: &str, slot: &Arc<Slot>) -> bool {
@@ -284,14 +364,23 @@ impl ReleaseSink for WaitRegistry {
             return;
         }
         // A handover on this client's channel for the lock: the lock's channel is its prefix.
-        let channel = channel
+        let own = channel
             .strip_suffix(&*self.client_id)
-            .and_then(|c| c.strip_suffix(':'))
-            .unwrap_or(channel);
+            .and_then(|c| c.strip_suffix(':'));
+        let channel = own.unwrap_or(channel);
         let channels = self.channels();
         let Some(queue) = channels.get(channel) else {
             return;
         };
+        if own.is_none() {
+            // On the lock's channel: the leader may have changed.
+            for watch in &queue.observers {
+                watch.notify.notify_one();
+            }
+        }
+        if for_observers(message) {
+            return;
+        }
         match parse_grant(message) {
             // A handover wakes only the waiter it was made to, if it is one of ours: the
             // other waiters keep their places, instead of all racing for the lock.
@@ -314,10 +403,15 @@ impl ReleaseSink for WaitRegistry {
     }
 
     fn disconnected(&self) {
-        // Releases may have been missed while the subscriber was away: every head retries.
+        // Releases may have been missed while the subscriber was away: every head retries,
+        // and every observer stops (its caller follows anew).
         for queue in self.channels().values() {
             if let Some(head) = queue.waiters.front() {
                 head.notify.notify_one();
+            }
+            for watch in &queue.observers {
+                watch.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+                watch.notify.notify_one();
             }
         }
     }

@@ -66,8 +66,11 @@ impl<'a> Queue<'a> {
     /// The attempt's node: its kind, and its data (the owner id, or the value advertised).
     fn entry(&self) -> Entry<'_> {
         let data = match self.request.kind {
-            Kind::Mutex => self.request.owner.as_bytes(),
             Kind::Leader { value } => value.as_bytes(),
+            // The other kinds are refused before any I/O (`check_kind`).
+            Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => {
+                self.request.owner.as_bytes()
+            }
         };
         Entry {
             mark: self.mark(),

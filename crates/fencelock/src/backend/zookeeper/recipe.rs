@@ -46,8 +46,9 @@ impl Mark {
     /// The mark of an acquire of `kind`.
     pub(crate) fn of(kind: Kind<'_>) -> Self {
         match kind {
-            Kind::Mutex => Mark::Lock,
             Kind::Leader { .. } => Mark::Latch,
+            // The other kinds are refused before any I/O (`check_kind`).
+            Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => Mark::Lock,
         }
     }
 

@@ -18,8 +18,14 @@
 -- ARGV[10]: the caller's client id (given when queueing): a handover to the place it takes is
 --          published on the release channel followed by ':<client id>', which only that
 --          client hears
--- ARGV[11...]: attempts of this owner that were given up (a lost reply, a dropped future): their
---          holds and places are given back first, so that none counts as a re-entry of this one
+-- ARGV[11]: for an election's participant, '=' followed by the value it advertises (absent
+--          for a mutex; an attempt id never starts with '='): while the participant waits it
+--          follows its place ('attempt window_ms since_us client value'), while it leads it is
+--          the lock's '=v' field, and a change of leader is published as '=leader' on the
+--          release channel, for observers
+-- ARGV[11 or 12...]: attempts of this owner that were given up (a lost reply, a dropped
+--          future): their holds and places are given back first, so that none counts as a
+--          re-entry of this one
 -- Returns {1, hold count, token} when acquired, {0, remaining lease in ms} when held by another.
 -- Sent again with the same attempt id, it changes nothing and gives the same answer.
 local proposal, window, claim = ARGV[5] or '', tonumber(ARGV[6] or ''), ARGV[7] or ''
@@ -28,17 +34,21 @@ local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
   channel = ARGV[8], sharded = ARGV[9] == 'S', always = proposal ~= '', horizon = ARGV[4]}
 local owner, attempt = ARGV[1], ARGV[3]
 local lease = tonumber(ARGV[2])
-local list, marked = false, false
-if pttl ~= -2 or #ARGV >= 11 then
-  local fields = read('HMGET', k.lock, owner, QUEUED)
-  list, marked = fields[1], fields[2]
+local value, gave_up = nil, 11
+if string.byte(ARGV[11] or '') == 61 then -- '='
+  value, gave_up = string.sub(ARGV[11], 2), 12
 end
-if #ARGV >= 11 then
+local list, marked = false, false
+if pttl ~= -2 or #ARGV >= gave_up then
+  local fields = read('HMGET', k.lock, owner, QUEUED, ELECTED)
+  list, marked, k.elected = fields[1], fields[2], fields[3]
+end
+if #ARGV >= gave_up then
   -- Attempts this owner gave up go first; a holding they end may be handed over, and this
   -- attempt may then take a fresh token: the counter must be able to issue both. They may
   -- be places in the queue: look at the queue whatever the marker says.
   check_counter(k.fence)
-  for i = 11, #ARGV do
+  for i = gave_up, #ARGV do
     list = give_back(k, owner, list, ARGV[i], owner .. '#' .. ARGV[i], true) or list
     if list == '' then
       list = redis.call('HGET', k.lock, owner) -- ended: the lock may have been handed over
@@ -59,7 +69,11 @@ if list then
     leave_queue(k, owner)
   end
   list = (list == '' and attempt) or (list .. ' ' .. attempt)
-  redis.call('HSET', k.lock, owner, list)
+  if value then
+    redis.call('HSET', k.lock, owner, list, ELECTED, value)
+  else
+    redis.call('HSET', k.lock, owner, list)
+  end
   -- Never shorten the lease: another guard of this owner may rely on the longer one.
   if pttl < lease then
     redis.call('PEXPIRE', k.lock, ARGV[2])
@@ -79,6 +93,9 @@ if pttl ~= -2 then
     -- handover says how long after now it came, which the caller adds to when it sent this
     -- request.
     local place = attempt .. ' ' .. ARGV[6] .. ' ' .. now_us() .. ' ' .. ARGV[10]
+    if value then
+      place = place .. ' ' .. value
+    end
     redis.call('HSET', k.waiting, owner, place)
     for _, key in ipairs({k.queue, k.waiting}) do
       if redis.call('PTTL', key) < window then
@@ -96,10 +113,17 @@ if leave_queue(k, owner) then
   others = others - 1
 end
 redis.call('SET', k.fence, token, 'PX', k.horizon)
-if others > 0 then
+if value and others > 0 then
+  redis.call('HSET', k.lock, owner, attempt, '=token', token, QUEUED, '1', ELECTED, value)
+elseif value then
+  redis.call('HSET', k.lock, owner, attempt, '=token', token, ELECTED, value)
+elseif others > 0 then
   redis.call('HSET', k.lock, owner, attempt, '=token', token, QUEUED, '1')
 else
   redis.call('HSET', k.lock, owner, attempt, '=token', token)
 end
 redis.call('PEXPIRE', k.lock, ARGV[2])
+if value then
+  publish(k.channel, k.sharded, LEADER)
+end
 return {1, 1, token}

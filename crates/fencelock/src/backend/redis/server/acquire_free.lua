@@ -15,7 +15,13 @@
 -- never holds less than it did, and nothing else has changed: a script that fails afterwards
 -- leaves only the counter's TTL renewed. A counter of the wrong type is not written (SET
 -- ... GET refuses it) and acquire.lua names it.
-if #ARGV < 6 and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+--
+-- An election's participant that neither queues, claims nor gives anything back (ARGV[6] and
+-- ARGV[7] empty, ARGV[11] its value and the last argument: see acquire.lua) takes a free lock
+-- here too: its value goes in the '=v' field, and observers hear '=leader' on the lock's
+-- channel.
+local elects = #ARGV == 11 and ARGV[6] == '' and ARGV[7] == '' and string.byte(ARGV[11]) == 61
+if (#ARGV < 6 or elects) and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   local floor = ARGV[5]
   if not floor or floor == '' then
     local now = redis.call('TIME')
@@ -24,7 +30,13 @@ if #ARGV < 6 and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   local last = redis.pcall('SET', KEYS[2], floor, 'PX', ARGV[4], 'GET')
   if not last or (type(last) == 'string' and not string.find(last, '%D')
       and (#last < #floor or (#last == #floor and last < floor))) then
-    redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], '=token', floor)
+    if elects then
+      local value = string.sub(ARGV[11], 2)
+      redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], '=token', floor, '=v', value)
+      redis.call(ARGV[9] == 'S' and 'SPUBLISH' or 'PUBLISH', ARGV[8], '=leader')
+    else
+      redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], '=token', floor)
+    end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, 1, floor}
   end

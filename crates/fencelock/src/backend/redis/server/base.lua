@@ -38,6 +38,11 @@ end
 -- when it is set: an uncontended release runs no queue command.
 local QUEUED = '=q'
 
+-- An election's leader advertises its value in the lock hash's field '=v' (a mutex's holder
+-- has none). A change of leader of an election (one taken, handed over, given back) is
+-- published as '=leader' on the release channel, where observers listen; waiters ignore it.
+local ELECTED, LEADER = '=v', '=leader'
+
 -- Publishes a release message (SPUBLISH on a Cluster: sharded pub/sub reaches the waiters
 -- on the lock's shard).
 local function publish(channel, sharded, message)

@@ -1,7 +1,7 @@
 //! A Redis deployment that acts as one server for a lock (single server, Sentinel-managed
-//! master, or Cluster): the lock operations. How requests are sent (routing to the master,
-//! NOSCRIPT, time bounds, resending) is in `exec`; the scripts, their arguments and the
-//! parsing of their replies are in `scripts`.
+//! master, or Cluster): the lock and election operations. How requests are sent (routing to
+//! the master, NOSCRIPT, time bounds, resending) is in `exec`; the scripts, their arguments
+//! and the parsing of their replies are in `scripts`.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -10,7 +10,7 @@ use redis::{RedisError, Value};
 
 use super::terms::{AcquireReply, Attempt, ReleaseSink, ReplicaAcks};
 use crate::backend::redis::keys::{LockKeys, CLIENT_CHANNELS};
-use crate::backend::{RawStatus, Released};
+use crate::backend::{Leader, RawStatus, Released};
 use crate::error::{Error, Warning};
 use crate::lease::{LeaseState, Renewal};
 use crate::options::ClientOptions;
@@ -161,6 +161,8 @@ impl RedisBackend {
             &s.status,
             &s.force_unlock,
             &s.raise_fence,
+            &s.leader,
+            &s.proclaim,
         ];
         let loads = all.iter().map(|script| self.load(None, script));
         for result in futures_util::future::join_all(loads).await {
@@ -238,10 +240,13 @@ impl RedisBackend {
     fn acquire_call(&self, attempt: &Attempt, proposal: Option<u64>, stale: &[u64]) -> redis::Cmd {
         let keys = &attempt.keys;
         let queueing = attempt.queueing;
+        // An election's participant always gives its value (after ARGV[10], before the
+        // attempts given back: acquire.lua's ARGV[11], marked by a leading '=').
         let full = queueing.join.is_some()
             || queueing.claim.is_some()
             || !attempt.abandoned.is_empty()
-            || !stale.is_empty();
+            || !stale.is_empty()
+            || attempt.value.is_some();
         // The queue's keys always: a free lock whose queue has places is marked for a handover.
         let mut call = evalsha(&scripts().acquire, 4);
         call.arg(keys.lock())
@@ -261,9 +266,11 @@ impl RedisBackend {
                 .arg(queueing.claim.map(|c| c.to_string()).unwrap_or_default())
                 .arg(keys.channel())
                 .arg(self.publish_mode())
-                .arg(attempt.listener.as_deref().unwrap_or(""))
-                .arg(&attempt.abandoned[..])
-                .arg(stale);
+                .arg(attempt.listener.as_deref().unwrap_or(""));
+            if let Some(value) = &attempt.value {
+                call.arg(Elected(value));
+            }
+            call.arg(&attempt.abandoned[..]).arg(stale);
         }
         call
     }
@@ -519,6 +526,36 @@ impl RedisBackend {
             .collect())
     }
 
+    /// The election's leader (the lock's holder, its token and value) and how long its lease
+    /// has left (`None`: no expiry), or `None` when nobody holds the lock. One script.
+    pub(crate) async fn leader(
+        &self,
+        keys: &LockKeys,
+    ) -> Result<Option<(Leader, Option<Duration>)>, Error> {
+        let script = &scripts().leader;
+        let mut call = evalsha(script, 1);
+        call.arg(keys.lock());
+        let reply: Vec<Value> = self.run(keys, script, &call).await?;
+        scripts::parse_leader(&reply).map_err(|detail| self.protocol(keys, &detail))
+    }
+
+    /// Sets the value an election's leader advertises, while `hold` is the lock's holder;
+    /// `false` (nothing changed) when it is not. Observers hear `=leader`.
+    pub(crate) async fn proclaim(&self, hold: &LeaseState, value: &str) -> Result<bool, Error> {
+        let keys = LockKeys::of(&hold.hold.lock);
+        let script = &scripts().proclaim;
+        let mut call = evalsha(script, 1);
+        call.arg(keys.lock())
+            .arg(&*hold.hold.owner)
+            .arg(hold.hold.id)
+            .arg(value)
+            .arg(keys.channel())
+            .arg(self.publish_mode());
+        // Twice sets the same value.
+        let set: i64 = self.run(&keys, script, &call).await?;
+        Ok(set > 0)
+    }
+
     /// A consistent snapshot of a lock and its wait queue.
     pub(crate) async fn status(&self, keys: &LockKeys) -> Result<RawStatus, Error> {
         let script = &scripts().status;
@@ -599,6 +636,19 @@ impl RedisBackend {
             }
         };
         result.map_err(|e| self.error(None, e))
+    }
+}
+
+/// An election participant's value as the acquire script takes it: `=` followed by the value,
+/// as one argument (an attempt id, which may follow, never starts with `=`).
+struct Elected<'a>(&'a str);
+
+impl redis::ToRedisArgs for Elected<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        let mut arg = Vec::with_capacity(self.0.len() + 1);
+        arg.push(b'=');
+        arg.extend_from_slice(self.0.as_bytes());
+        out.write_arg(&arg);
     }
 }
 

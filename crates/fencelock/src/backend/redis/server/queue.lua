@@ -20,10 +20,20 @@ local function marked_length(k, marked)
   return 0
 end
 
--- Parses a place ('attempt window_ms since_us client'): the attempt, the window, when it was
--- taken, and the id of the client whose channel hears the handover.
+-- Parses a place ('attempt window_ms since_us client', followed by ' value' for an
+-- election's participant): the attempt, the window, when it was taken, the id of the client
+-- whose channel hears the handover, and the value (nil for a mutex; any bytes, spaces too).
 local function parse_place(place)
-  return string.match(place or '', '^(%d+) (%d+) (%d+) (%x+)$')
+  local attempt, window, since, client, rest =
+    string.match(place or '', '^(%d+) (%d+) (%d+) (%x+)(.*)$')
+  local value = nil
+  if rest and rest ~= '' then
+    if string.byte(rest) ~= 32 then
+      return nil
+    end
+    value = string.sub(rest, 2)
+  end
+  return attempt, window, since, client, value
 end
 
 -- Removes `owner`'s place in the wait queue (only the place taken by attempt `id`, if given).
@@ -54,6 +64,9 @@ end
 -- RedLock).
 -- `queued`: the queue's length; when it is not 0, `now` (the server's clock) and `token` (the
 -- next fencing token, planned from `now`): all read, and the counter checked, before any change.
+-- An election's change of leader (`k.elected`: the holding that ends advertised a value; or the
+-- place handed the lock has one, which becomes the '=v' field) is published as '=leader' on the
+-- release channel; a mutex's handover publishes nothing more.
 local function end_holding(k, queued, message, now, token)
   redis.call('DEL', k.lock)
   local left_in_queue = queued
@@ -65,13 +78,17 @@ local function end_holding(k, queued, message, now, token)
     left_in_queue = left_in_queue - 1
     local place = redis.call('HGET', k.waiting, next)
     redis.call('HDEL', k.waiting, next)
-    local attempt, window, since, client = parse_place(place)
+    local attempt, window, since, client, value = parse_place(place)
     if attempt then
       local left = math.floor((tonumber(since) + tonumber(window) * 1000 - tonumber(now)) / 1000)
       if left >= 2 then
         redis.call('SET', k.fence, token, 'PX', k.horizon)
         local elapsed = math.max(math.floor((tonumber(now) - tonumber(since)) / 1000), 0)
-        if left_in_queue > 0 then
+        if value and left_in_queue > 0 then
+          redis.call('HSET', k.lock, next, attempt, '=token', token, ELECTED, value, QUEUED, '1')
+        elseif value then
+          redis.call('HSET', k.lock, next, attempt, '=token', token, ELECTED, value)
+        elseif left_in_queue > 0 then
           redis.call('HSET', k.lock, next, attempt, '=token', token, QUEUED, '1')
         else
           redis.call('HSET', k.lock, next, attempt, '=token', token)
@@ -81,12 +98,17 @@ local function end_holding(k, queued, message, now, token)
         -- ':<client id>').
         local grant = '=grant ' .. attempt .. ' ' .. token .. ' ' .. elapsed
         publish(k.channel .. ':' .. client, k.sharded, grant)
+        if value or k.elected then
+          publish(k.channel, k.sharded, LEADER)
+        end
         return
       end
     end
   end
   if queued > 0 or k.always then
     publish(k.channel, k.sharded, message)
+  elseif k.elected then
+    publish(k.channel, k.sharded, LEADER)
   end
 end
 

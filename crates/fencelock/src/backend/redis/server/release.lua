@@ -24,6 +24,7 @@ if fields.err then
   read('HMGET', k.lock, owner, QUEUED) -- fails, naming the key
 end
 local list, marked = fields[1], fields[2]
+k.elected = fields[3]
 if id == '' then
   if not list then
     -- An owner that gives up waiting (e.g. a cancelled process) leaves the queue. Its place

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 
 use crate::backend::redis::terms::AcquireReply;
-use crate::backend::RawStatus;
+use crate::backend::{Leader, RawStatus};
 use crate::lease::Renewal;
 
 /// A Lua script: its SHA for EVALSHA, and its source for SCRIPT LOAD after NOSCRIPT.
@@ -33,6 +33,8 @@ pub(super) struct Scripts {
     pub(super) status: Lua,
     pub(super) force_unlock: Lua,
     pub(super) raise_fence: Lua,
+    pub(super) leader: Lua,
+    pub(super) proclaim: Lua,
 }
 
 /// A script's source: its parts (`.lua` files of this folder), in order. base.lua says why a
@@ -67,6 +69,8 @@ pub(super) fn scripts() -> &'static Scripts {
         status: lua!("base", "status"),
         force_unlock: lua!("force_unlock"),
         raise_fence: lua!("base", "tokens", "raise_fence"),
+        leader: lua!("base", "leader"),
+        proclaim: lua!("base", "holds", "proclaim"),
     })
 }
 
@@ -122,6 +126,41 @@ pub(super) fn parse_token(value: &Value) -> Result<u64, String> {
         _ => None,
     };
     parsed.ok_or_else(|| format!("fencing token {}", brief(std::slice::from_ref(value))))
+}
+
+/// A leader script's reply: `{token, value or nil, remaining lease in ms (-1: no expiry)}`,
+/// or `{}` when nobody holds the lock. The leader, and how long its lease has left (`None`:
+/// no expiry). A value that is not UTF-8 (written by another tool) is read lossily; a holder
+/// without one (a mutex's) advertises the empty value.
+pub(super) fn parse_leader(reply: &[Value]) -> Result<Option<(Leader, Option<Duration>)>, String> {
+    let (token, value, pttl) = match reply {
+        [] => return Ok(None),
+        [token, value, Value::Int(pttl)] => (token, value, *pttl),
+        other => return Err(format!("leader replied {}", brief(other))),
+    };
+    let value = match value {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::Nil | Value::Boolean(false) => String::new(),
+        other => {
+            return Err(format!(
+                "leader's value {}",
+                brief(std::slice::from_ref(other))
+            ))
+        }
+    };
+    let leader = Leader {
+        value,
+        term: parse_token(token)?,
+    };
+    // -2: the lock expired between the two reads of the script (it cannot: a script is
+    // atomic), -1: no expiry.
+    match pttl {
+        -2 => Ok(None),
+        _ => Ok(Some((
+            leader,
+            u64::try_from(pttl).ok().map(Duration::from_millis),
+        ))),
+    }
 }
 
 /// A status script's reply: `{pttl, last token, {field, value, ...}, TIME, {owner, place,
@@ -266,6 +305,15 @@ mod fuzz {
                 let same = matches!(&v, Value::Int(n) if *n >= 0)
                     || matches!(&v, Value::BulkString(b) if b == text.as_bytes() || std::str::from_utf8(b).ok().and_then(|s| s.parse::<u64>().ok()) == Some(t));
                 prop_assert!(same);
+            }
+        }
+
+        #[test]
+        fn leader_replies(reply in prop::collection::vec(value(), 0..5)) {
+            match parse_leader(&reply) {
+                Ok(Some(_)) => prop_assert!(matches!(reply.as_slice(), [_, _, Value::Int(_)])),
+                Ok(None) => prop_assert!(reply.is_empty() || matches!(reply.as_slice(), [_, _, Value::Int(-2)])),
+                Err(e) => prop_assert!(e.len() < 300),
             }
         }
 
