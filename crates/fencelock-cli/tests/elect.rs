@@ -435,6 +435,58 @@ async fn observe_in_text_and_its_end_when_the_server_goes() {
     assert!(err.contains("can no longer follow election \"e\""), "{err}");
 }
 
+/// The observer of a session service exits 74 when its server goes away (its session or
+/// lease can no longer be kept).
+async fn observe_ends_with_74_when_the_server_goes(kind: Kind) {
+    let server = Server::start(kind).await;
+    let mut lines = Lines::new();
+    let observer = lines.start(&server, 9, &["elect", "e", "--observe", "--json"]);
+    let (_, line) = lines.next(60, "the observer's first line").await;
+    assert_eq!(observed(&line), (None, None));
+    lines.ends(9);
+    drop(server);
+    let (code, err) = observer.exit(90).await;
+    assert_eq!(code, Some(74), "{err}");
+    assert!(err.contains("can no longer follow election \"e\""), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_ends_with_74_when_the_server_goes_zookeeper() {
+    observe_ends_with_74_when_the_server_goes(Kind::ZooKeeper).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_ends_with_74_when_the_server_goes_etcd() {
+    observe_ends_with_74_when_the_server_goes(Kind::Etcd).await;
+}
+
+/// RedLock holds no elections: campaigning or observing says so, with 69.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_refuses_elections_with_69() {
+    let servers: Vec<Server> =
+        futures_util::future::join_all((0..3).map(|_| Server::start(Kind::Redis))).await;
+    let mut args = vec!["elect".to_string()];
+    for s in &servers {
+        args.extend(["--url".to_string(), s.url()]);
+    }
+    for tail in [&["e", "true"][..], &["e", "--observe"]] {
+        let mut argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        argv.extend_from_slice(tail);
+        let out = servers[0].output(&argv).await;
+        assert_eq!(
+            out.status.code(),
+            Some(CONNECTION),
+            "{tail:?}: {:?}",
+            text(&out)
+        );
+        assert!(
+            text(&out).1.contains("not supported"),
+            "{tail:?}: {:?}",
+            text(&out)
+        );
+    }
+}
+
 /// `-n` with a leader: 75 (or --conflict-exit-code); `--wait` times out likewise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_wait_and_wait_give_up_with_the_conflict_code() {
