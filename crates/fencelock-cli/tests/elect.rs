@@ -578,21 +578,7 @@ async fn bad_combinations_are_usage_errors_before_any_contact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interactive_program_reads_the_terminal_while_leading() {
     let server = Server::start(Kind::Etcd).await;
-    let (seen, code) = on_a_terminal(
-        &server,
-        "name?",
-        "fence\n",
-        "got fence",
-        &[
-            "elect",
-            "tty-election",
-            "--shell",
-            "printf 'name?'; read a; echo got $a; exit 3",
-        ],
-    )
-    .await;
-    assert!(seen.contains("got fence"), "{seen}");
-    assert_eq!(code, 3, "{seen}");
+    an_interactive_program_reads_the_terminal_under(&server, &["elect", "tty-election"]).await;
 }
 
 /// `elect --help` documents the environment PROGRAM gets and the exit codes.

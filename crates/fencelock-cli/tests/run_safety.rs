@@ -98,21 +98,7 @@ async fn sigkill_of_programs_supervisor_kills_programs_group() {
 #[tokio::test]
 async fn an_interactive_program_reads_the_terminal() {
     let server = Server::start(Kind::Redis).await;
-    let (seen, code) = on_a_terminal(
-        &server,
-        "name?",
-        "fence\n",
-        "got fence",
-        &[
-            "run",
-            "tty-job",
-            "--shell",
-            "printf 'name?'; read a; echo got $a; exit 3",
-        ],
-    )
-    .await;
-    assert!(seen.contains("got fence"), "{seen}");
-    assert_eq!(code, 3, "{seen}");
+    an_interactive_program_reads_the_terminal_under(&server, &["run", "tty-job"]).await;
 }
 
 /// Point 2: Ctrl-C on the terminal reaches PROGRAM (the foreground group), and the lock is

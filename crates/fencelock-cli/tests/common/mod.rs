@@ -169,6 +169,17 @@ print(seen.decode(errors="replace"))
 print(os.waitstatus_to_exitcode(status))
 "#;
 
+/// An interactive PROGRAM under `fencelock ARGS... --shell LINE` on a terminal: it prompts,
+/// reads the terminal (its group is the terminal's foreground group, not stopped by SIGTTIN)
+/// and exits 3, which `fencelock` exits with.
+pub async fn an_interactive_program_reads_the_terminal_under(server: &Server, args: &[&str]) {
+    let mut argv = args.to_vec();
+    argv.extend(["--shell", "printf 'name?'; read a; echo got $a; exit 3"]);
+    let (seen, code) = on_a_terminal(server, "name?", "fence\n", "got fence", &argv).await;
+    assert!(seen.contains("got fence"), "{seen}");
+    assert_eq!(code, 3, "{seen}");
+}
+
 pub async fn on_a_terminal(
     server: &Server,
     first: &str,
