@@ -69,7 +69,7 @@ pub struct ClientArgs {
 
 /// What a client contends for: a lock, or an election (with the value it advertises).
 enum Contender {
-    Lock(Lock),
+    Lock(Box<Lock>),
     Election(Election, String),
 }
 
@@ -189,7 +189,7 @@ pub async fn client(args: ClientArgs) -> u8 {
         }
     };
     let contender = match args.primitive {
-        Primitive::Mutex => Contender::Lock(client.lock(&args.lock)),
+        Primitive::Mutex => Contender::Lock(Box::new(client.lock(&args.lock))),
         Primitive::Election => {
             let election = client.election(&args.lock);
             tokio::spawn(observe(election.clone(), rec.clone()));
