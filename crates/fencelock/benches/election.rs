@@ -6,18 +6,26 @@
 //!   session timeout) + 2 round trips + 50 ms", p99 over the rounds;
 //! - **resign → next**: from a leader's `resign` call to the waiting participant's `campaign`
 //!   returning, against "2 round trips + 1 ms", median over the rounds;
-//! - **observe**: from that `resign` call to an observer's report of the new leader.
+//! - **observe**: from that `resign` call to an observer's report of the new leader;
+//! - **peers**, process against process, the same way for each: from the leader's process
+//!   being told to resign (a line on its stdin; SIGTERM for `etcdctl`) to the next
+//!   participant's process printing that it leads, and an observer process printing it:
+//!   fencelock's participants beside Curator's `LeaderLatch` (ZooKeeper) and beside
+//!   `etcdctl elect` and `etcdctl elect -l` (etcd).
 //!
 //! `cargo bench -p fencelock --all-features --bench election -- [--quick]
 //! [--markdown docs/PERFORMANCE-election.md] [--json PATH]`. The bench runs itself again as
-//! the killed participant (`--participant URL NAME LEASE_MS`).
+//! its participant and observer processes (`--participant URL NAME hold|stdin`, `--observer
+//! URL NAME`).
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use fencelock::{Client, ClientOptions, Election, Leadership};
-use fencelock_testkit::{EtcdServer, RedisServer, ZooKeeperServer};
+use fencelock_testkit::etcd::etcdctl_program;
+use fencelock_testkit::{CuratorLatch, EtcdServer, RedisServer, ZooKeeperServer};
 use serde_json::{json, Value};
 
 /// The lease (session timeout, lease TTL) every participant asks for.
@@ -29,8 +37,12 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    if args.first().map(String::as_str) == Some("--participant") {
-        return runtime.block_on(participant(&args[1], &args[2]));
+    match args.first().map(String::as_str) {
+        Some("--participant") => {
+            return runtime.block_on(participant(&args[1], &args[2], &args[3]))
+        }
+        Some("--observer") => return runtime.block_on(observer(&args[1], &args[2])),
+        _ => {}
     }
     let arg = |flag: &str| {
         let at = args.iter().position(|a| a == flag)?;
@@ -43,13 +55,20 @@ fn main() {
     let redis = RedisServer::start().expect("redis-server");
     rows.push(runtime.block_on(service("Redis", &redis.url(), failovers, handovers)));
     drop(redis);
+    let mut peers = Vec::new();
     let zookeeper = ZooKeeperServer::start().expect("ZooKeeper");
     rows.push(runtime.block_on(service("ZooKeeper", &zookeeper.url(), failovers, handovers)));
+    peers.push(curator_peer(&zookeeper, failovers));
     drop(zookeeper);
     let etcd = EtcdServer::start().expect("etcd");
     rows.push(runtime.block_on(service("etcd", &etcd.url(), failovers, handovers)));
+    peers.push(etcdctl_peer(&etcd, failovers));
     drop(etcd);
-    let report = json!({ "lease_ms": LEASE.as_millis() as u64, "services": rows });
+    let report = json!({
+        "lease_ms": LEASE.as_millis() as u64,
+        "services": rows,
+        "peers": peers,
+    });
     std::fs::write(&json_path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
     println!("{}", markdown(&report));
     if let Some(path) = arg("--markdown") {
@@ -69,26 +88,211 @@ fn options() -> ClientOptions {
     ClientOptions::default().default_lease(LEASE)
 }
 
-/// The killed participant: leads, says so, and waits to be killed.
-async fn participant(url: &str, name: &str) {
+/// A participant process: campaigns, says when it leads; `hold` then waits to be killed,
+/// `stdin` resigns at the line `resign` and says `resigned`.
+async fn participant(url: &str, name: &str, mode: &str) {
     let client = Client::connect_with(url, options()).await.unwrap();
-    let leading = client.election(name).campaign("doomed").await.unwrap();
+    println!("campaigning");
+    std::io::stdout().flush().unwrap();
+    let leading = client.election(name).campaign(mode).await.unwrap();
     println!("leading {}", leading.term());
     std::io::stdout().flush().unwrap();
-    std::future::pending::<()>().await;
+    if mode == "hold" {
+        std::future::pending::<()>().await;
+    }
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    });
+    if line.await.unwrap().unwrap().trim() == "resign" {
+        leading.resign().await.unwrap();
+        println!("resigned");
+    }
+    client.close().await.unwrap();
+}
+
+/// An observer process: prints `leader <value> <term>` or `none` at each change.
+async fn observer(url: &str, name: &str) {
+    let client = Client::connect_with(url, options()).await.unwrap();
+    let mut observer = client.election(name).observe().await.unwrap();
+    loop {
+        match observer.changed().await.unwrap() {
+            Some(now) => println!("leader {} {}", now.value, now.term),
+            None => println!("none"),
+        }
+        std::io::stdout().flush().unwrap();
+    }
+}
+
+/// A child process whose output lines are timestamped as they arrive.
+struct Proc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<(String, Instant)>,
+}
+
+impl Proc {
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send((line, Instant::now()));
+            }
+        });
+        let stdin = child.stdin.take();
+        Self {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// A fencelock participant (`mode`: `hold` or `stdin`) or observer of `name`.
+    fn fencelock(args: &[&str]) -> Self {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command.args(args);
+        Self::spawn(command)
+    }
+
+    /// When the first line containing `word` arrived (at most 30 s).
+    fn wait(&self, word: &str) -> Instant {
+        loop {
+            let (line, at) = self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("no line with {word:?}: {e}"));
+            if line.contains(word) {
+                return at;
+            }
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// fencelock's participants and observer as processes: resign (a line on stdin) to the next
+/// participant leading, and to the observer printing it, `rounds` times.
+fn fencelock_processes(url: &str, rounds: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut next, mut observed) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let name = format!("processes-{round}");
+        let watcher = Proc::fencelock(&["--observer", url, &name]);
+        watcher.wait("none");
+        let mut leader = Proc::fencelock(&["--participant", url, &name, "stdin"]);
+        leader.wait("leading");
+        watcher.wait("leader");
+        let standby = Proc::fencelock(&["--participant", url, &name, "hold"]);
+        standby.wait("campaigning");
+        std::thread::sleep(Duration::from_millis(300));
+        let resigned = Instant::now();
+        leader.say("resign");
+        next.push(standby.wait("leading") - resigned);
+        observed.push(watcher.wait("leader hold") - resigned);
+    }
+    (next, observed)
+}
+
+/// ZooKeeper: fencelock's participant processes beside Curator's `LeaderLatch` processes.
+fn curator_peer(server: &ZooKeeperServer, rounds: usize) -> Value {
+    let (mut ours, mut observed) = fencelock_processes(&server.url(), rounds);
+    let mut curator = Vec::new();
+    for round in 0..rounds {
+        let path = format!("/fencelock/latch-{round}");
+        let connect = server.connect_string();
+        let mut leader = CuratorLatch::spawn(&connect, &path, "a", LEASE).unwrap();
+        leader.wait_leading(Duration::from_secs(30)).unwrap();
+        let standby = CuratorLatch::spawn(&connect, &path, "b", LEASE).unwrap();
+        standby.wait_started(Duration::from_secs(30)).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let led = std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| {
+                standby.wait_leading(Duration::from_secs(30)).unwrap();
+                Instant::now()
+            });
+            let resigned = Instant::now();
+            leader.close().unwrap();
+            waiting.join().unwrap() - resigned
+        });
+        curator.push(led);
+    }
+    json!({
+        "service": "ZooKeeper",
+        "peer": "Curator LeaderLatch",
+        "fencelock_resign_to_next": stats(&mut ours),
+        "fencelock_resign_to_observed": stats(&mut observed),
+        "peer_resign_to_next": stats(&mut curator),
+    })
+}
+
+/// etcd: fencelock's participant and observer processes beside `etcdctl elect` and
+/// `etcdctl elect -l` (the election's prefix is the name below the URL's prefix).
+fn etcdctl_peer(server: &EtcdServer, rounds: usize) -> Value {
+    let (mut ours, mut ours_observed) = fencelock_processes(&server.url(), rounds);
+    let (mut next, mut observed) = (Vec::new(), Vec::new());
+    let etcdctl = |args: &[&str]| {
+        let mut command = Command::new(etcdctl_program().unwrap());
+        command
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", server.endpoints()))
+            .arg("elect")
+            .args(args);
+        Proc::spawn(command)
+    };
+    for round in 0..rounds {
+        let name = format!("/etcdctl-{round}");
+        let watcher = etcdctl(&["-l", &name]);
+        let leader = etcdctl(&[&name, "first"]);
+        leader.wait("first");
+        watcher.wait("first");
+        let standby = etcdctl(&[&name, "second"]);
+        std::thread::sleep(Duration::from_millis(300));
+        // etcdctl resigns on SIGTERM (the `kill` program: no signal crate in this package). The
+        // clock starts once `kill` has sent it: the peer is not charged for starting `kill`.
+        let pid = leader.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let resigned = Instant::now();
+        next.push(standby.wait("second") - resigned);
+        observed.push(watcher.wait("second") - resigned);
+        drop(leader);
+    }
+    json!({
+        "service": "etcd",
+        "peer": "etcdctl elect",
+        "fencelock_resign_to_next": stats(&mut ours),
+        "fencelock_resign_to_observed": stats(&mut ours_observed),
+        "peer_resign_to_next": stats(&mut next),
+        "peer_resign_to_observed": stats(&mut observed),
+    })
 }
 
 /// Starts the killed participant on `name` and waits until it leads.
 fn leader_process(url: &str, name: &str) -> Child {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--participant", url, name])
+        .args(["--participant", url, name, "hold"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
     let stdout = child.stdout.take().unwrap();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    assert!(line.starts_with("leading"), "the participant said {line:?}");
+    let mut lines = BufReader::new(stdout).lines();
+    let leads = lines.find(|l| l.as_ref().is_ok_and(|l| l.starts_with("leading")));
+    assert!(leads.is_some(), "the participant never led");
     child
 }
 
@@ -201,6 +405,59 @@ async fn service(name: &str, url: &str, failover_rounds: usize, handover_rounds:
     })
 }
 
+/// The peers' table: fencelock's processes and the peer's, measured alike.
+fn peers_markdown(report: &Value) -> String {
+    let mut out = String::from(
+        "\n## Beside Curator and etcdctl, process against process\n\n\
+         From the leader's process being told to resign (a line on its stdin; SIGTERM for \
+         `etcdctl elect`, which resigns on it) to the next participant's process printing that \
+         it leads, and to an observer process printing the new leader (`etcdctl elect -l`; \
+         Curator's `LeaderLatch` has no observer). Medians in ms (p99); the ratio is the \
+         peer's median over fencelock's (above 1: fencelock is faster).\n\n\
+         | service | peer | resign → next leads: fencelock | peer | ratio | resign → observer: fencelock | peer | ratio |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    let cell = |v: &Value| {
+        let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        format!("{:.1} ({:.1})", f("median_ms"), f("p99_ms"))
+    };
+    let ratio = |peer: &Value, ours: &Value| {
+        let (p, o) = (peer["median_ms"].as_f64(), ours["median_ms"].as_f64());
+        match (p, o) {
+            (Some(p), Some(o)) => format!("{:.2}", p / o),
+            _ => "–".into(),
+        }
+    };
+    for p in report["peers"].as_array().into_iter().flatten() {
+        let (ours, theirs) = (&p["fencelock_resign_to_next"], &p["peer_resign_to_next"]);
+        let (ours_o, theirs_o) = (
+            &p["fencelock_resign_to_observed"],
+            &p["peer_resign_to_observed"],
+        );
+        let observed_peer = if theirs_o.is_null() {
+            "–".to_owned()
+        } else {
+            cell(theirs_o)
+        };
+        out += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            p["service"].as_str().unwrap_or("?"),
+            p["peer"].as_str().unwrap_or("?"),
+            cell(ours),
+            cell(theirs),
+            ratio(theirs, ours),
+            cell(ours_o),
+            observed_peer,
+            if theirs_o.is_null() {
+                "–".to_owned()
+            } else {
+                ratio(theirs_o, ours_o)
+            },
+        );
+    }
+    out
+}
+
 fn markdown(report: &Value) -> String {
     let mut out = String::from(
         "# Leader elections: measured\n\n\
@@ -240,5 +497,5 @@ fn markdown(report: &Value) -> String {
             f(&s["resign_to_observed"]["p99_ms"]),
         );
     }
-    out
+    out + &peers_markdown(report)
 }

@@ -23,6 +23,8 @@
 mod common;
 #[path = "conformance/election.rs"]
 mod election;
+#[path = "conformance/family.rs"]
+mod family;
 #[path = "conformance/multi.rs"]
 mod multi;
 
@@ -36,6 +38,11 @@ use common::{short_lease as lease, within};
 use election::{
     a_cut_off_leader_is_told_before_the_next_leads, elections_are_offered_or_refused,
     observers_see_each_leader_in_order, one_leader_at_a_time_in_arrival_order,
+};
+use family::{
+    a_semaphore_never_has_more_than_n_holders, one_name_is_one_kind,
+    readers_share_and_a_writer_waits_its_turn, rw_reentry_downgrade_and_refused_upgrade,
+    semaphore_order_release_and_resize,
 };
 use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, LostReason, Released};
 use fencelock_testkit::TcpProxy;
@@ -96,6 +103,10 @@ struct Caps {
     /// A client's locks live in one session (ZooKeeper) or lease (etcd), which
     /// `Deployment::end_session` ends on demand: its end tells every guard of the client.
     sessions: bool,
+    /// Read-write locks (`Client::rw_lock`) are offered; otherwise `Error::Unsupported`.
+    rw_lock: bool,
+    /// Semaphores (`Client::semaphore`) are offered; otherwise `Error::Unsupported`.
+    semaphore: bool,
     /// Leader elections (`Client::election`) are offered; otherwise every election call fails
     /// with `Error::Unsupported` (RedLock: no server queue to agree on the next leader).
     election: bool,
@@ -120,6 +131,8 @@ const REDIS: Caps = Caps {
     waits_through_a_pause: false,
     sessions: false,
     election: true,
+    rw_lock: false,
+    semaphore: false,
 };
 
 /// An entry of a lock on the servers: a holder or a waiter's place (Redis: an owner in the
@@ -580,6 +593,8 @@ mod zk {
         waits_through_a_pause: true,
         sessions: true,
         election: true,
+        rw_lock: false,
+        semaphore: false,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -775,6 +790,8 @@ mod etcd {
         waits_through_a_pause: true,
         sessions: true,
         election: true,
+        rw_lock: false,
+        semaphore: false,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -1888,6 +1905,11 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(a_client_cut_off_tells_every_guard_by_the_deadline);
     step!(the_granted_lease_is_every_guards_lease);
     step!(declared_capabilities_hold);
+    step!(readers_share_and_a_writer_waits_its_turn);
+    step!(rw_reentry_downgrade_and_refused_upgrade);
+    step!(a_semaphore_never_has_more_than_n_holders);
+    step!(semaphore_order_release_and_resize);
+    step!(one_name_is_one_kind);
     step!(bad_multi_locks_are_refused_before_any_io);
     step!(a_multi_lock_is_all_or_nothing);
     step!(multi_locks_in_opposite_orders_never_deadlock);
