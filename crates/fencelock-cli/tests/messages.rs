@@ -470,12 +470,15 @@ fn readme_states_the_facts_and_every_exit_code() {
         "installs redis-server if missing",
         "fencelock run [OPTIONS] NAME [--] PROGRAM [ARGS]...",
         "`--key NAME`, the older",
+        "fencelock elect [OPTIONS] NAME [--] PROGRAM [ARGS]...",
+        "`--again`",
     ] {
         assert!(readme.contains(fact), "README lacks {fact:?}");
     }
     for code in [
         "| 64 |",
         "| 69 |",
+        "| 74 |",
         "| 75 |",
         "| 79 |",
         "| 126 / 127 |",
