@@ -125,6 +125,8 @@ impl SessionLocks for Inner {
         held_elsewhere: "releasing a lock that another etcd client holds",
         only_its_client: "the lock is a key under the holder's lease; only that client \
                           releases it (or Client::force_unlock deletes it)",
+        rw_lock: false,
+        semaphore: false,
     };
 
     fn server(&self) -> String {

@@ -48,6 +48,13 @@ pub(crate) struct Entry {
     pub(crate) lease: i64,
 }
 
+/// Every etcd entry of the mutex's and the election's queues is exclusive.
+impl crate::backend::queue::rule::Queued for Entry {
+    fn exclusive(&self) -> bool {
+        true
+    }
+}
+
 impl Entry {
     fn from(kv: &PbKeyValue) -> Self {
         Self {

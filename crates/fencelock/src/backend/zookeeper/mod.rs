@@ -35,10 +35,12 @@ use self::recipe::Node;
 use self::session::Session;
 use super::current::{Ends, Opening};
 use super::holdings::Closing;
-use super::queue::{self, rule::First};
+use super::holdings::Side;
+use super::queue;
+use super::queue::rule::{First, Reader};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, LockRequest, Released};
+use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, Kind, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, Warning};
 use crate::watchdog::BoxFuture;
@@ -140,6 +142,8 @@ impl SessionLocks for Inner {
         held_elsewhere: "releasing a lock that another ZooKeeper session holds",
         only_its_client: "the lock is an ephemeral node of the holder's session; only that \
                           client releases it (or Client::force_unlock deletes it)",
+        rw_lock: true,
+        semaphore: false,
     };
 
     fn server(&self) -> String {
@@ -176,8 +180,18 @@ impl SessionLocks for Inner {
             watcher: None,
             fast: None,
         };
+        if request.kind == Kind::Read {
+            let holdings = &self.session.holds.holdings;
+            if let Some(write) = holdings.path(name, request.owner, Side::One) {
+                return self.downgrade(ctx, request, attempt, &write).await;
+            }
+        }
         let queue = Queue::new(self, request);
-        let Some(held) = queue::take(&queue, &First, attempt, wait).await? else {
+        let taken = match request.kind {
+            Kind::Read => queue::take(&queue, &Reader, attempt, wait).await?,
+            _ => queue::take(&queue, &First, attempt, wait).await?,
+        };
+        let Some(held) = taken else {
             return wait.not_acquired(name);
         };
         let signal = match (held.fast, held.watcher) {
@@ -243,6 +257,40 @@ impl Inner {
         recipe::list(&self.session, dir, mark).await
     }
 
+    /// A downgrade: the owner holds the write side (node `write`) and takes the read side at
+    /// once, as Curator does, with a plain ephemeral read node at the write node's place
+    /// (`_c_<guid>-__READ__<the write node's digits>`). Its token is its own `czxid`.
+    async fn downgrade(
+        self: &Arc<Self>,
+        ctx: &Ctx,
+        request: &LockRequest<'_>,
+        mut attempt: Attempt,
+        write: &str,
+    ) -> Result<Acquired, Error> {
+        let name = &request.lock.name;
+        let Some(digits) = write.rsplit(recipe::Mark::Write.text()).next() else {
+            return Err(self.fail(Some(name), zk::Error::BadArguments(&"no write node")));
+        };
+        let (dir, guid) = (&attempt.dir, &attempt.guid);
+        let data = request.owner.as_bytes();
+        let made = recipe::create_at(&self.session, dir, guid, data, digits).await;
+        let node = made.map_err(|e| self.fail(Some(name), e))?;
+        attempt.node = Some(node.clone());
+        let listed = self.session.call(|zk| zk.list_and_watch_children(dir));
+        let watcher = match listed.await {
+            Ok((_, watcher)) => watcher,
+            Err(e) => {
+                let _ = recipe::undo(&self.session, dir, guid, Some(&node.path)).await;
+                return Err(self.fail(Some(name), e));
+            }
+        };
+        let signal = Signal::Queue {
+            watcher,
+            alone: false,
+        };
+        Ok(Acquired::Held(self.held(ctx, request, node, signal)?))
+    }
+
     /// The attempt's node is the lowest: a new holding, watched for a forced delete.
     fn held(
         self: &Arc<Self>,
@@ -273,7 +321,8 @@ impl Inner {
                 }
             }
             Signal::Queue { watcher, alone } => {
-                if alone {
+                // The fast path is the mutex's and the election's (see `Queue::enter`).
+                if alone && matches!(request.kind, Kind::Mutex | Kind::Leader { .. }) {
                     self.quiet.candidate(&holder.path);
                 }
                 ctx.background.linger(self.clone().watch(holder, watcher));

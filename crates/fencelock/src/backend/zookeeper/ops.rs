@@ -122,8 +122,10 @@ impl Inner {
             let zk::MultiReadResult::Data { data, stat } = result else {
                 return None;
             };
+            let reader = matches!(recipe::Mark::of_child(&path), Some((recipe::Mark::Read, _)));
             Some(Listed {
                 path,
+                reader,
                 owner: String::from_utf8_lossy(&data).into_owned(),
                 session: stat.ephemeral_owner,
                 token: stat.czxid,
