@@ -51,6 +51,9 @@ pub(crate) enum Step {
     NotHeld,
     /// Holds are left.
     StillHeld(u64),
+    /// It was the last hold of a holding whose entry the owner's other side keeps: that
+    /// holding ended, its entry stays.
+    Shared,
     /// It was the last hold: delete this node, then settle the holding
     /// ([`Holdings::settle`]).
     Last(Closing),
@@ -160,16 +163,20 @@ impl Holdings {
         self.map().insert(key(name, owner, side), holding);
     }
 
-    /// The node or key of the owner's live (not closing) holding of `side`, if any: a
-    /// downgrade puts its read entry at its write entry's place.
-    pub(crate) fn path(&self, name: &str, owner: &Arc<str>, side: Side) -> Option<String> {
+    /// The node or key and the token of the owner's live (not closing) holding of `side`,
+    /// if any: a downgrade puts its read entry at its write entry's place (ZooKeeper), or
+    /// keeps the write entry as its own (etcd, see [`Holdings::give_back`]).
+    pub(crate) fn path(&self, name: &str, owner: &Arc<str>, side: Side) -> Option<(String, u64)> {
         let map = self.map();
         let holding = map.get(&key(name, owner, side))?;
-        (!holding.closing).then(|| holding.path.clone())
+        (!holding.closing).then(|| (holding.path.clone(), holding.token))
     }
 
     /// Gives back hold `id` (`None`: the newest of the owner's first holding, the write side
-    /// before the read side) of the owner's holdings of `name`.
+    /// before the read side) of the owner's holdings of `name`. The last hold of a holding
+    /// whose entry the owner's other side holds too (an etcd downgrade's read side keeps the
+    /// write key) ends that holding only: the entry stays for the other side, which deletes
+    /// it with its own last hold.
     pub(crate) fn give_back(&self, name: &str, owner: &Arc<str>, id: Option<u64>) -> Step {
         let mut map = self.map();
         let has = |h: &Holding| id.is_none_or(|id| h.holds.iter().any(|(i, _)| *i == id));
@@ -198,6 +205,21 @@ impl Holdings {
             holding.holds.remove(at);
             return Step::StillHeld(holding.holds.len() as u64);
         }
+        let (path, token) = (holding.path.clone(), holding.token);
+        let other = match side {
+            Side::One => Side::Read,
+            Side::Read => Side::One,
+        };
+        let shared = map
+            .get(&key(name, owner, other))
+            .is_some_and(|h| h.path == path && h.token == token && !h.closing);
+        if shared {
+            map.remove(&key(name, owner, side));
+            return Step::Shared;
+        }
+        let Some(holding) = map.get_mut(&key(name, owner, side)) else {
+            return Step::NotHeld;
+        };
         holding.closing = true;
         Step::Last(Closing {
             name: name.to_owned(),
@@ -244,17 +266,20 @@ impl Holdings {
     /// its holds are lost. Matched by its token too, never by the path alone: on etcd a newer
     /// holding of the owner has the same key. Returns whether a holding was removed.
     pub(crate) fn vanished(&self, name: &str, owner: &Arc<str>, path: &str, token: u64) -> bool {
-        let holding = {
+        let holdings: Vec<Holding> = {
             let mut map = self.map();
             let same = |h: &Holding| h.path == path && h.token == token && !h.closing;
             [Side::One, Side::Read]
                 .into_iter()
                 .map(|side| key(name, owner, side))
-                .find(|k| map.get(k).is_some_and(same))
-                .and_then(|k| map.remove(&k))
+                .filter(|k| map.get(k).is_some_and(same))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .filter_map(|k| map.remove(&k))
+                .collect()
         };
-        let removed = holding.is_some();
-        for (_, lease) in holding.into_iter().flat_map(|h| h.holds) {
+        let removed = !holdings.is_empty();
+        for (_, lease) in holdings.into_iter().flat_map(|h| h.holds) {
             if let Some(lease) = lease.upgrade() {
                 lease.fire_lost(LostReason::Deleted);
             }
@@ -321,6 +346,7 @@ where
     let closing = match holdings.give_back(name, owner, id) {
         Step::NotHeld => return Ok(Released::NotHeld),
         Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
+        Step::Shared => return Ok(Released::Released),
         Step::Last(closing) => closing,
     };
     let later = {

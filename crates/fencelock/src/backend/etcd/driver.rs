@@ -2,6 +2,12 @@
 //! transaction that also reads the holder and the key just before it, the queue is read
 //! again with a transaction that also checks the attempt's own key, and a waiter watches the
 //! predecessor's deletion from the current revision (see `recipe`).
+//!
+//! A read-write lock's attempt (`recipes.RWMutex`'s `read/` and `write/` keys) reads every
+//! key ahead of its own instead: a reader holds with no writer ahead, a writer when nothing
+//! is ahead. A key of another primitive ahead of the attempt's own (a mutex's or an
+//! election's key for a read-write lock, a read-write lock's for the others) ends the
+//! attempt with `Error::PrimitiveMismatch` naming both (its key removed).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,11 +39,48 @@ pub(super) struct Queue<'a> {
     pub(super) inner: &'a Arc<Inner>,
     pub(super) request: &'a LockRequest<'a>,
     pub(super) dir: String,
+    /// Another primitive's key found ahead of the attempt's own: the attempt fails.
+    pub(super) mixed: std::sync::Mutex<Option<String>>,
 }
 
 impl Queue<'_> {
     fn name(&self) -> &str {
         &self.request.lock.name
+    }
+
+    /// The attempt is a read-write lock's.
+    fn rw(&self) -> bool {
+        matches!(self.request.kind, Kind::Read | Kind::Write)
+    }
+
+    /// The primitive the attempt asks for, in `Error::PrimitiveMismatch`'s words.
+    fn asked(&self) -> &'static str {
+        match self.request.kind {
+            Kind::Read | Kind::Write => "read-write lock",
+            Kind::Leader { .. } => "election",
+            Kind::Permit { .. } => "semaphore",
+            Kind::Mutex => "mutex",
+        }
+    }
+
+    fn mixed(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.mixed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether another primitive's key is among `ahead` (it is kept for the error).
+    fn foreign(&self, ahead: &[Entry]) -> bool {
+        let rw = self.rw();
+        let other = ahead.iter().find(|e| {
+            let theirs = recipe::primitive_of(&self.dir, &e.key);
+            match rw {
+                true => theirs != "read-write lock",
+                false => theirs != "mutex or election",
+            }
+        });
+        if let Some(other) = other {
+            *self.mixed() = Some(other.key.clone());
+        }
+        other.is_some()
     }
 }
 
@@ -67,7 +110,7 @@ impl Driver for Queue<'_> {
         // A mutex's key stores the owner id; an election's the value it advertises.
         let data = match self.request.kind {
             Kind::Leader { value } => value,
-            // The other kinds are refused before any I/O (`check_kind`).
+            // A permit's key is made by the semaphore, not by this queue.
             Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => &**self.request.owner,
         };
         let session = &self.inner.session;
@@ -77,8 +120,15 @@ impl Driver for Queue<'_> {
         if created.holder.revision == mine {
             return Ok(Some(Vec::new()));
         }
+        if self.rw() {
+            // Every key ahead is read by `look`.
+            return Ok(None);
+        }
         match created.before {
-            Some(before) => Ok(Some(ahead(created.holder, before))),
+            Some(before) => {
+                let ahead = ahead(created.holder, before);
+                Ok((!self.foreign(&ahead)).then_some(ahead))
+            }
             None => Err(Fault::Malformed("a holder but no key before ours")),
         }
     }
@@ -92,13 +142,23 @@ impl Driver for Queue<'_> {
         let Some(mine) = attempt.revision else {
             return Ok(None);
         };
+        if self.mixed().is_some() {
+            return Ok(None);
+        }
+        if self.rw() {
+            let ahead = recipe::ahead(session, &self.dir, &attempt.key, mine).await?;
+            return Ok(ahead.filter(|ahead| !self.foreign(ahead)));
+        }
         // Even when the key before ours was the holder, ours is read again before it counts
         // as the holder: the lease may have been revoked meanwhile, which no deadline of ours
         // bounds (etcd-io/etcd#11456; tested by `a_waiter_whose_lease_ends_does_not_acquire`).
         Ok(
             match recipe::place(session, &self.dir, &attempt.key, mine).await? {
                 Some(Place::Holder) => Some(Vec::new()),
-                Some(Place::Behind { holder, before }) => Some(ahead(holder, before)),
+                Some(Place::Behind { holder, before }) => {
+                    let ahead = ahead(holder, before);
+                    (!self.foreign(&ahead)).then_some(ahead)
+                }
                 None => None,
             },
         )
@@ -159,7 +219,17 @@ impl Driver for Queue<'_> {
         self.inner.fail(Some(self.name()), fault)
     }
 
+    /// Also the end of an attempt that found another primitive's key ahead of its own.
     fn vanished(&self) -> Error {
+        if let Some(other) = self.mixed().take() {
+            let found = recipe::primitive_of(&self.dir, &other);
+            return Error::PrimitiveMismatch {
+                lock: self.name().to_owned(),
+                asked: self.asked(),
+                found: format!("{found} (key {other})"),
+                server: self.inner.session.server.clone(),
+            };
+        }
         Error::Unavailable {
             lock: Some(self.name().to_owned()),
             server: self.inner.session.server.clone(),

@@ -34,10 +34,12 @@ use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
 use super::current::{Ends, Opening};
 use super::holdings::Closing;
-use super::queue::{self, rule::First};
+use super::holdings::Side;
+use super::queue;
+use super::queue::rule::{First, Reader};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, LockRequest, Released};
+use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, Kind, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
 use crate::watchdog::BoxFuture;
@@ -125,7 +127,7 @@ impl SessionLocks for Inner {
         held_elsewhere: "releasing a lock that another etcd client holds",
         only_its_client: "the lock is a key under the holder's lease; only that client \
                           releases it (or Client::force_unlock deletes it)",
-        rw_lock: false,
+        rw_lock: true,
         semaphore: false,
     };
 
@@ -150,10 +152,14 @@ impl SessionLocks for Inner {
         }
     }
 
-    /// The client's slot for the lock first, then the key.
+    /// The client's slot for the lock first, then the key (a read-write lock's attempts
+    /// have keys of their own: no slot).
     async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
         let Ask { ctx, request, wait } = ask;
         let name = &request.lock.name;
+        if matches!(request.kind, Kind::Read | Kind::Write) {
+            return self.rw_attempt(ask).await;
+        }
         // An owner of this client waits here for another's holding to end; if the lease ends
         // first, that holding's slot is never freed in this lease: stop waiting then.
         let slot = tokio::select! {
@@ -172,6 +178,7 @@ impl SessionLocks for Inner {
             inner: self,
             request,
             dir: recipe::dir(&self.prefix, name),
+            mixed: Default::default(),
         };
         match queue::take(&queue, &First, attempt, wait).await? {
             Some(mut held) => {
@@ -222,6 +229,49 @@ impl SessionLocks for Inner {
 }
 
 impl Inner {
+    /// A read-write lock's attempt: a key of its own (`read/` or `write/`), a reader under
+    /// the reader's rule. A downgrade (the owner holds the write side and asks for the read
+    /// side) holds at once, with the write key as its own: that key stays until both sides
+    /// are given back, so no writer queued meanwhile gets in (CURATOR-621's fault); readers
+    /// queued meanwhile wait for it too (etcd cannot put a key at an older revision).
+    async fn rw_attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
+        let Ask { ctx, request, wait } = ask;
+        let name = &request.lock.name;
+        let holdings = &self.session.holds.holdings;
+        if request.kind == Kind::Read {
+            if let Some((key, token)) = holdings.path(name, request.owner, Side::One) {
+                let lease = self.hold(ctx, request, key, token);
+                return Ok(Acquired::Held(Held { lease, count: 1 }));
+            }
+        }
+        let write = request.kind == Kind::Write;
+        let attempt = Attempt {
+            key: recipe::rw_key(&self.prefix, name, write, self.session.lease),
+            revision: None,
+            slot: None,
+        };
+        let queue = Queue {
+            inner: self,
+            request,
+            dir: recipe::dir(&self.prefix, name),
+            mixed: Default::default(),
+        };
+        let taken = match write {
+            true => queue::take(&queue, &First, attempt, wait).await?,
+            false => queue::take(&queue, &Reader, attempt, wait).await?,
+        };
+        match taken {
+            Some(mut held) => {
+                let key = std::mem::take(&mut held.key);
+                let revision = held.revision.unwrap_or_default();
+                Ok(Acquired::Held(
+                    self.held(ctx, request, key, revision, None)?,
+                ))
+            }
+            None => wait.not_acquired(name),
+        }
+    }
+
     /// Refuses to queue behind a holding of the same owner id under another lease: a second
     /// process cannot re-enter (own) another client's key.
     pub(super) fn foreign(&self, owner: &str, holder: &Entry) -> Result<(), Error> {

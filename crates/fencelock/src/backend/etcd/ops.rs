@@ -36,7 +36,7 @@ impl Inner {
         let entries = recipe::entries(&self.session, &dir).await;
         let entries = entries.map_err(|e| self.fail(Some(name), e))?;
         let listed = entries.into_iter().map(|e| Listed {
-            reader: false,
+            reader: recipe::is_reader(&dir, &e.key),
             path: e.key,
             owner: e.owner,
             session: e.lease,

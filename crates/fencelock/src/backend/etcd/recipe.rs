@@ -38,6 +38,36 @@ pub(crate) fn key(prefix: &str, name: &str, lease: i64) -> String {
     format!("{}{lease:x}", dir(prefix, name))
 }
 
+/// The key of an attempt on read-write lock `name`: `<prefix>/<name>/read/<unique>` or
+/// `.../write/<unique>`, as etcd's `recipes.RWMutex` names them (its unique part is the
+/// time in nanoseconds; here the lease in hex and a random number, unique per attempt: a
+/// client's readers each have a key of their own).
+pub(crate) fn rw_key(prefix: &str, name: &str, write: bool, lease: i64) -> String {
+    let side = if write { "write" } else { "read" };
+    let unique: u64 = rand::random();
+    format!("{}{side}/{lease:x}-{unique:016x}", dir(prefix, name))
+}
+
+/// The primitive a key of a name's range belongs to, in `Error::PrimitiveMismatch`'s
+/// words: `read/` and `write/` keys are a read-write lock's, a key of one segment a mutex's
+/// or an election's (their layouts are one: they exclude each other).
+pub(crate) fn primitive_of(dir: &str, key: &str) -> &'static str {
+    let suffix = key.strip_prefix(dir).unwrap_or(key);
+    if suffix.starts_with("read/") || suffix.starts_with("write/") {
+        "read-write lock"
+    } else if !suffix.contains('/') {
+        "mutex or election"
+    } else {
+        "another primitive"
+    }
+}
+
+/// Whether a key of range `dir` is a read-write lock's reader (`<dir>read/<unique>`).
+pub(crate) fn is_reader(dir: &str, key: &str) -> bool {
+    key.strip_prefix(dir)
+        .is_some_and(|suffix| suffix.starts_with("read/"))
+}
+
 /// One key of a lock's range, as fencelock uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entry {
@@ -46,12 +76,15 @@ pub(crate) struct Entry {
     pub(crate) owner: String,
     pub(crate) revision: i64,
     pub(crate) lease: i64,
+    /// A read-write lock's reader (set where the range is known, see [`ahead`]).
+    pub(crate) reader: bool,
 }
 
-/// Every etcd entry of the mutex's and the election's queues is exclusive.
+/// A read-write lock's reader shares; every other key (a writer, a mutex's, an election's)
+/// is exclusive.
 impl crate::backend::queue::rule::Queued for Entry {
     fn exclusive(&self) -> bool {
-        true
+        !self.reader
     }
 }
 
@@ -62,6 +95,7 @@ impl Entry {
             owner: String::from_utf8_lossy(&kv.value).into_owned(),
             revision: kv.create_revision,
             lease: kv.lease,
+            reader: false,
         }
     }
 }
@@ -228,6 +262,33 @@ pub(crate) async fn place(
     }))
 }
 
+/// Reads, in one transaction, every key of the range with a create revision below `mine`
+/// (in queue order), if the attempt's key still has create revision `mine`; `None` if it is
+/// gone. A read-write lock's attempt needs them all: a reader holds with no writer ahead.
+pub(crate) async fn ahead(
+    session: &Session,
+    dir: &str,
+    key: &str,
+    mine: i64,
+) -> Result<Option<Vec<Entry>>, Fault> {
+    let all = GetOptions::new()
+        .with_prefix()
+        .with_max_create_revision(mine - 1)
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, mine)])
+        .and_then([TxnOp::get(dir, Some(all))]);
+    let reply = session.txn(txn).await?;
+    if !reply.succeeded() {
+        return Ok(None);
+    }
+    let mut entries = ranges(&reply)?.into_iter().next().unwrap_or_default();
+    for entry in &mut entries {
+        entry.reader = is_reader(dir, &entry.key);
+    }
+    Ok(Some(entries))
+}
+
 /// A watch of one key's deletion, in place on the server.
 pub(crate) struct Deletion {
     stream: etcd::WatchStream,
@@ -342,6 +403,7 @@ pub(crate) async fn entries_at(session: &Session, dir: &str) -> Result<(Vec<Entr
             owner: String::from_utf8_lossy(kv.value()).into_owned(),
             revision: kv.create_revision(),
             lease: kv.lease(),
+            reader: false,
         })
         .collect();
     Ok((entries, header.revision()))
@@ -360,12 +422,34 @@ pub(crate) async fn first(session: &Session, dir: &str) -> Result<Option<Entry>,
         owner: String::from_utf8_lossy(kv.value()).into_owned(),
         revision: kv.create_revision(),
         lease: kv.lease(),
+        reader: false,
     }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_write_keys_follow_etcds_rwmutex() {
+        let r = rw_key("/fencelock", "rw", false, 0x1f);
+        let d = dir("/fencelock", "rw");
+        assert!(r.starts_with("/fencelock/rw/read/1f-"), "{r}");
+        assert!(is_reader(&d, &r));
+        let w = rw_key("/fencelock", "rw", true, 0x1f);
+        assert!(
+            w.starts_with("/fencelock/rw/write/1f-") && !is_reader(&d, &w),
+            "{w}"
+        );
+        assert_ne!(w, rw_key("/fencelock", "rw", true, 0x1f));
+        assert_eq!(primitive_of(&d, &w), "read-write lock");
+        assert_eq!(primitive_of(&d, "/fencelock/rw/694d"), "mutex or election");
+        let d = dir("/fencelock", "read");
+        assert_eq!(
+            primitive_of(&d, "/fencelock/read/694d"),
+            "mutex or election"
+        );
+    }
 
     #[test]
     fn keys_follow_etcds_mutex() {
