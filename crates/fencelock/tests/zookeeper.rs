@@ -1508,7 +1508,7 @@ async fn rw_reentry_downgrade_and_refused_upgrade() {
             client_at(&zk.url(), 10_000).await,
             client_at(&zk.url(), 10_000).await,
         );
-        common::family::reentry_downgrade_and_refused_upgrade(&a, &b, "rw-down").await;
+        common::family::reentry_downgrade_and_refused_upgrade(&a, &b, "rw-down", true).await;
     })
     .await;
 }

@@ -11,6 +11,8 @@
 //!   and the watch proving nobody touched them since (an acquire then skips the listing).
 //! - `ops`: a holding's node deleted, the lock's children for status, release by owner and
 //!   forced unlocks.
+//! - `semaphore`: semaphores in Curator's `InterProcessSemaphoreV2` layout (`locks/` and
+//!   `leases/`, N as the folder's data), interoperable with it.
 //! - `elect`: elections in Curator's `LeaderLatch` layout (`_c_<guid>-latch-<seq>`, the value
 //!   as data, the lowest leads, the term is its `czxid`): the leader, a leader's new value,
 //!   the follower behind `Election::observe`. A campaign is an attempt of its own kind through
@@ -50,6 +52,7 @@ mod elect;
 mod ops;
 mod quiet;
 mod recipe;
+mod semaphore;
 mod session;
 mod url;
 
@@ -143,7 +146,7 @@ impl SessionLocks for Inner {
         only_its_client: "the lock is an ephemeral node of the holder's session; only that \
                           client releases it (or Client::force_unlock deletes it)",
         rw_lock: true,
-        semaphore: false,
+        semaphore: true,
     };
 
     fn server(&self) -> String {
@@ -170,6 +173,9 @@ impl SessionLocks for Inner {
     async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
         let Ask { ctx, request, wait } = ask;
         let name = &request.lock.name;
+        if let Kind::Permit { permits, resize } = request.kind {
+            return self.permit(ask, permits, resize).await;
+        }
         let attempt = Attempt {
             dir: self.dir(name),
             guid: recipe::guid(),
@@ -182,7 +188,7 @@ impl SessionLocks for Inner {
         };
         if request.kind == Kind::Read {
             let holdings = &self.session.holds.holdings;
-            if let Some(write) = holdings.path(name, request.owner, Side::One) {
+            if let Some((write, _)) = holdings.path(name, request.owner, Side::One) {
                 return self.downgrade(ctx, request, attempt, &write).await;
             }
         }

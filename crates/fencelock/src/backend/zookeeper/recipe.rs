@@ -51,10 +51,18 @@ pub(crate) enum Mark {
     Read,
     /// A read-write lock's writer: `-__WRIT__` (Curator's name: as long as `__READ__`).
     Write,
+    /// A semaphore's lease (`InterProcessSemaphoreV2`, in its `leases` folder): `-lease-`.
+    Lease,
 }
 
 /// Every mark, in the order a child's name is tried against them.
-const MARKS: [Mark; 4] = [Mark::Lock, Mark::Latch, Mark::Read, Mark::Write];
+const MARKS: [Mark; 5] = [
+    Mark::Lock,
+    Mark::Latch,
+    Mark::Read,
+    Mark::Write,
+    Mark::Lease,
+];
 
 /// The children of a semaphore's folder (`InterProcessSemaphoreV2`): its mutex and its
 /// leases. A folder that has them is a semaphore.
@@ -67,7 +75,7 @@ impl Mark {
             Kind::Leader { .. } => Mark::Latch,
             Kind::Read => Mark::Read,
             Kind::Write => Mark::Write,
-            // A permit's lease node is made by the semaphore (`semaphore`), not by the queue.
+            // A permit's queue is the semaphore's mutex (`semaphore`).
             Kind::Mutex | Kind::Permit { .. } => Mark::Lock,
         }
     }
@@ -79,6 +87,7 @@ impl Mark {
             Mark::Latch => "latch-",
             Mark::Read => "__READ__",
             Mark::Write => "__WRIT__",
+            Mark::Lease => "lease-",
         }
     }
 
@@ -89,6 +98,7 @@ impl Mark {
             Mark::Lock => "mutex",
             Mark::Latch => "election",
             Mark::Read | Mark::Write => "read-write lock",
+            Mark::Lease => "semaphore",
         }
     }
 

@@ -1,0 +1,304 @@
+//! Semaphores on ZooKeeper, in Curator's `InterProcessSemaphoreV2` layout, so that fencelock
+//! permits and Curator leases of one semaphore never exceed its N together.
+//!
+//! A semaphore named S is the folder `<base>/S` with two folders: `locks` (an
+//! `InterProcessMutex`, `_c_<guid>-lock-<seq>` nodes) and `leases` (one ephemeral sequential
+//! `_c_<guid>-lease-<seq>` node per permit, the owner id as data). As Curator does, an
+//! attempt takes the `locks` mutex (waiting in arrival order: the semaphore's FIFO), creates
+//! its lease node, waits with a watch on `leases` until at most N lease nodes are there, and
+//! gives the mutex back. Under the mutex at most one lease node is not held (the waiting
+//! one's), so the holders never exceed N. A permit is its lease node: its token is the
+//! node's `czxid`, a crashed holder's permit goes with its session, and a release deletes
+//! that node only.
+//!
+//! N is stored as the semaphore folder's data (decimal), where Curator does not look: a
+//! fencelock attempt with another N is refused (`Error::PermitsMismatch`) unless it
+//! resizes, which rewrites it (guarded by the data's version). Waiters read it again at each
+//! turn, so a lowered N revokes nothing: holders stay, and a waiter holds once at most N
+//! lease nodes (its own included) are there. Curator keeps its N in the process: a Curator
+//! semaphore of another N is not detected. The folders are containers: once the last node
+//! is gone the server reaps them, and N with them.
+
+use std::sync::Arc;
+
+use zookeeper_client as zk;
+
+use super::driver::{Attempt, Queue};
+use super::recipe::{self, Entry, Mark, Node};
+use super::{Inner, Signal};
+use crate::backend::queue::{self, rule::First};
+use crate::backend::session_service::{Ask, Listed, SessionLocks};
+use crate::backend::{Acquired, Wait};
+use crate::error::Error;
+
+/// What an attempt left that must go unless it holds: the mutex's node, the lease's node.
+/// Dropped with anything in it (the caller stopped waiting), it is undone in the background.
+struct Leftovers {
+    inner: Arc<Inner>,
+    mutex: Option<(String, String, Option<String>)>,
+    lease: Option<(String, String, Option<String>)>,
+}
+
+impl Leftovers {
+    /// Removes `item` (folder, GUID, node if known) in the client's background.
+    fn later(&self, item: Option<(String, String, Option<String>)>) {
+        let Some((dir, guid, node)) = item else {
+            return;
+        };
+        let (session, background) = (self.inner.session.clone(), self.inner.background.clone());
+        self.inner.background.finish(async move {
+            let undone =
+                recipe::undo_until_done(&session, &dir, &guid, node.as_deref(), super::RETRY);
+            if let Err(e) = undone.await {
+                background.failed();
+                tracing::warn!(dir, error = %e, "a semaphore attempt's node was not removed; it goes with the session");
+            }
+        });
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let (mutex, lease) = (self.mutex.take(), self.lease.take());
+        self.later(mutex);
+        self.later(lease);
+    }
+}
+
+impl Inner {
+    /// Takes one permit of semaphore `ask.request.lock` of `permits` (see the module).
+    pub(super) async fn permit(
+        self: &Arc<Self>,
+        ask: Ask<'_>,
+        permits: u32,
+        resize: bool,
+    ) -> Result<Acquired, Error> {
+        let Ask { ctx, request, wait } = ask;
+        let name = &request.lock.name;
+        let dir = self.dir(name);
+        self.store_permits(name, &dir, permits, resize).await?;
+        let mutex = Attempt {
+            dir: format!("{dir}/locks"),
+            guid: recipe::guid(),
+            node: None,
+            checked: true,
+            watcher: None,
+            fast: None,
+        };
+        let queue = Queue::new(self, request);
+        let Some(mutex) = queue::take(&queue, &First, mutex, wait).await? else {
+            return wait.not_acquired(name);
+        };
+        let lease_guid = recipe::guid();
+        let mut left = Leftovers {
+            inner: self.clone(),
+            mutex: Some((mutex.dir, mutex.guid, mutex.node.map(|n| n.path))),
+            lease: Some((format!("{dir}/leases"), lease_guid.clone(), None)),
+        };
+        let owner = request.owner.as_bytes();
+        let got = self.lease(&dir, &lease_guid, owner, permits, wait).await;
+        // The mutex goes back whatever came of the lease (as Curator's `finally`).
+        let mutex = left.mutex.take();
+        left.later(mutex);
+        match got {
+            Ok(Some((node, watcher))) => {
+                left.lease = None;
+                let signal = Signal::Queue {
+                    watcher,
+                    alone: false,
+                };
+                Ok(Acquired::Held(self.held(ctx, request, node, signal)?))
+            }
+            Ok(None) => wait.not_acquired(name),
+            Err(e) => Err(self.fail(Some(name), e)),
+        }
+    }
+
+    /// Creates the lease node and waits, under the semaphore's mutex, until at most N lease
+    /// nodes are there (N read again at each turn): the node and the listing's watch once it
+    /// holds, `None` when it gave up (no wait, or past the deadline).
+    async fn lease(
+        &self,
+        dir: &str,
+        guid: &str,
+        owner: &[u8],
+        permits: u32,
+        wait: Wait,
+    ) -> Result<Option<(Node, zk::OneshotWatcher)>, zk::Error> {
+        let leases = format!("{dir}/leases");
+        let entry = Entry {
+            mark: Mark::Lease,
+            data: owner,
+        };
+        let (node, mut listing) = recipe::create(&self.session, &leases, guid, entry, true).await?;
+        loop {
+            let listed = match listing.take() {
+                Some(listed) => listed,
+                None => recipe::list(&self.session, &leases, Mark::Lease).await?,
+            };
+            if !listed.children.iter().any(|c| c == node.name()) {
+                return Err(zk::Error::NoNode);
+            }
+            let n = self.stored(dir).await?.unwrap_or(permits);
+            if listed.children.len() <= n as usize {
+                return Ok(Some((node, listed.watcher)));
+            }
+            if matches!(wait, Wait::No) {
+                return Ok(None);
+            }
+            if !recipe::wait_for(&self.session, listed.watcher, wait.deadline()).await? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// A semaphore's queue for status and forced unlocks: its lease nodes in order (the
+    /// first N hold; all of them where no N is stored: Curator's), then its mutex's nodes
+    /// (the waiters), after a `sync` (see `children`).
+    pub(super) async fn semaphore_listing(
+        &self,
+        name: &str,
+        dir: &str,
+    ) -> Result<Vec<Listed>, Error> {
+        let fail = |e| self.fail(Some(name), e);
+        let n = self.stored(dir).await.map_err(fail)?;
+        let mut paths = Vec::new();
+        for (folder, mark) in [("leases", Mark::Lease), ("locks", Mark::Lock)] {
+            let folder = format!("{dir}/{folder}");
+            let children = match self.session.call(|zk| zk.list_children(&folder)).await {
+                Ok(children) => children,
+                Err(zk::Error::NoNode) => Vec::new(),
+                Err(e) => return Err(fail(e)),
+            };
+            let sorted = recipe::sorted(children, mark);
+            paths.extend(sorted.into_iter().map(|c| format!("{folder}/{c}")));
+        }
+        let held: Vec<String> = paths
+            .iter()
+            .filter(|p| p.contains("/leases/"))
+            .take(n.map_or(usize::MAX, |n| n as usize))
+            .cloned()
+            .collect();
+        let shares = |path: &str| held.iter().any(|h| h == path);
+        let listed = self.read_entries(paths, shares).await.map_err(fail)?;
+        // The waiter under the mutex has a lease node too: it shows as its mutex node only.
+        let waiting: Vec<String> = listed
+            .iter()
+            .filter(|e| e.path.contains("/locks/"))
+            .map(|e| e.owner.clone())
+            .collect();
+        let shown =
+            |e: &Listed| e.reader || !e.path.contains("/leases/") || !waiting.contains(&e.owner);
+        Ok(listed.into_iter().filter(shown).collect())
+    }
+
+    /// The N stored with the semaphore, if any.
+    async fn stored(&self, dir: &str) -> Result<Option<u32>, zk::Error> {
+        match self.session.call(|zk| zk.get_data(dir)).await {
+            Ok((data, _)) => Ok(std::str::from_utf8(&data)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes sure the semaphore's folder stores `permits`: creates it with it, or stores it
+    /// in a folder without one (Curator's), or checks it; another N is refused unless
+    /// `resize`. A folder of another primitive is refused (`Error::PrimitiveMismatch`).
+    async fn store_permits(
+        &self,
+        name: &str,
+        dir: &str,
+        permits: u32,
+        resize: bool,
+    ) -> Result<(), Error> {
+        let fail = |e| self.fail(Some(name), e);
+        let data = permits.to_string();
+        let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+        for _ in 0..8 {
+            let made = self
+                .session
+                .call(|zk| zk.create(dir, data.as_bytes(), &container));
+            match made.await {
+                Ok(_) => return Ok(()),
+                Err(zk::Error::NodeExists) => {}
+                Err(zk::Error::NoNode) => {
+                    let base = dir.rsplit_once('/').map_or("/", |(b, _)| b);
+                    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                    self.session
+                        .call(|zk| zk.mkdir(base, &persistent))
+                        .await
+                        .map_err(fail)?;
+                    continue;
+                }
+                Err(e) => return Err(fail(e)),
+            }
+            let (stored, stat) = match self.session.call(|zk| zk.get_data(dir)).await {
+                Ok(read) => read,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(fail(e)),
+            };
+            self.only_semaphore(name, dir).await?;
+            let stored = std::str::from_utf8(&stored).unwrap_or("?").trim();
+            let same = stored.parse::<u32>().ok();
+            match same {
+                Some(n) if n == permits => return Ok(()),
+                Some(n) if !resize => {
+                    return Err(Error::PermitsMismatch {
+                        lock: name.to_owned(),
+                        stored: n,
+                        asked: permits,
+                    })
+                }
+                None if !stored.is_empty() && !resize => {
+                    return Err(Error::Protocol {
+                        lock: Some(name.to_owned()),
+                        server: self.session.server.clone(),
+                        detail: format!(
+                            "the semaphore folder {dir} stores {stored:?}, not a number"
+                        ),
+                    })
+                }
+                _ => {}
+            }
+            let version = Some(stat.version);
+            match self
+                .session
+                .call(|zk| zk.set_data(dir, data.as_bytes(), version))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(zk::Error::BadVersion | zk::Error::NoNode) => continue,
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Err(Error::Unavailable {
+            lock: Some(name.to_owned()),
+            server: self.session.server.clone(),
+            detail: "the semaphore's number of permits kept changing under this attempt".into(),
+        })
+    }
+
+    /// Refuses a folder that holds another primitive's nodes.
+    async fn only_semaphore(&self, name: &str, dir: &str) -> Result<(), Error> {
+        let children = match self.session.call(|zk| zk.list_children(dir)).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => return Ok(()),
+            Err(e) => return Err(self.fail(Some(name), e)),
+        };
+        let other = children.iter().find_map(|c| {
+            let found = recipe::primitive_of(c)?;
+            (found != "semaphore").then(|| format!("{found} (node {dir}/{c})"))
+        });
+        match other {
+            Some(found) => Err(Error::PrimitiveMismatch {
+                lock: name.to_owned(),
+                asked: "semaphore",
+                found,
+                server: self.session.server.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
