@@ -1655,3 +1655,147 @@ async fn rw_curator_interop() {
     })
     .await;
 }
+
+// ---- Semaphores (issue 24): Curator's `InterProcessSemaphoreV2` layout, `locks/` (its
+// mutex) and `leases/` (`_c_<uuid>-lease-<seq>`), N as the folder's data.
+
+/// N permits at most, served in arrival order, each released alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_permits_never_exceed_n_and_go_in_arrival_order() {
+    let zk = server();
+    within(90.0, "semaphore order", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::family::permits_never_exceed_n_and_go_in_arrival_order(&a, &b, "sem-order").await;
+    })
+    .await;
+}
+
+/// Another N refused unless resized; lowering N revokes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_another_n_is_refused_unless_resized() {
+    let zk = server();
+    within(90.0, "semaphore n", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::family::another_n_is_refused_unless_resized(&a, &b, "sem-n").await;
+    })
+    .await;
+}
+
+/// A semaphore's name is no other primitive's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_is_one_primitive() {
+    let zk = server();
+    within(90.0, "semaphore kind", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::family::a_semaphore_is_one_primitive(&a, &b, "sem-kind").await;
+    })
+    .await;
+}
+
+/// The environment variable that makes [`semaphore_holder_process`] hold a permit.
+const PERMIT_URL: &str = "FENCELOCK_TEST_ZK_PERMIT_URL";
+
+/// Not a test of its own: the holder process of
+/// [`semaphore_a_killed_holders_permit_comes_back`]; without [`PERMIT_URL`] it does nothing;
+/// with it, it holds a permit of "sem-killed" (of 1) in a 2 s session for 60 s at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_holder_process() {
+    let Ok(url) = std::env::var(PERMIT_URL) else {
+        return;
+    };
+    let client = client_at(&url, 2_000).await;
+    let held = tokio::time::timeout(Duration::from_secs(60), async {
+        let _permit = client.semaphore("sem-killed", 1).acquire().await.unwrap();
+        std::future::pending::<()>().await
+    });
+    let _ = held.await;
+}
+
+/// A holder process killed with SIGKILL: its permit comes back when its session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_a_killed_holders_permit_comes_back() {
+    let zk = server();
+    let mut child = Killed(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "semaphore_holder_process", "--nocapture"])
+            .env(PERMIT_URL, zk.url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    within(90.0, "a killed holder", async {
+        let live = client_at(&zk.url(), 10_000).await;
+        let kill = async {
+            child.0.kill().unwrap();
+            child.0.wait().unwrap();
+        };
+        common::family::a_dead_holders_permit_comes_back(&live, "sem-killed", kill).await;
+    })
+    .await;
+}
+
+/// Curator's `InterProcessSemaphoreV2` of 2 and fencelock permits of the same semaphore
+/// never hold more than 2 together, and hand permits to each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_curator_interop() {
+    let zk = server();
+    within(120.0, "curator semaphore", async {
+        let c = client_at(&zk.url(), 10_000).await;
+        let spawn = || {
+            CuratorLock::builder(&zk.connect_string(), "/fencelock/sem-java")
+                .kind("semaphore:2")
+                .session_timeout(Duration::from_secs(10))
+                .spawn()
+                .unwrap()
+        };
+        let acquired = |java: CuratorLock, secs: u64| {
+            tokio::task::spawn_blocking(move || {
+                let node = java.wait_acquired(Duration::from_secs(secs));
+                (java, node)
+            })
+        };
+        let release = |mut java: CuratorLock| tokio::task::spawn_blocking(move || java.release());
+        // One Java lease and one fencelock permit: the semaphore is full for both.
+        let (java, node) = acquired(spawn(), 30).await.unwrap();
+        assert!(node.unwrap().contains("/leases/_c_"));
+        let mine = c.semaphore("sem-java", 2).acquire().await.unwrap();
+        assert!(common::family::no_permit(&c, "sem-java", 2).await);
+        let java2 = spawn();
+        java2
+            .wait_line("CONNECTED", Duration::from_secs(30))
+            .unwrap();
+        common::family::until_queue(&c, "sem-java", 2, 1).await;
+        assert!(java2.acquired().is_none(), "a third lease of two");
+        // fencelock's release hands its permit to the Java waiter.
+        mine.release().await.unwrap();
+        let (java2, node) = acquired(java2, 15).await.unwrap();
+        node.expect("Java takes the permit fencelock gave back");
+        // Two Java leases: a fencelock permit waits for one of them.
+        let waiting = tokio::spawn({
+            let semaphore = c.semaphore("sem-java", 2);
+            async move { semaphore.acquire().await }
+        });
+        common::family::until_queue(&c, "sem-java", 2, 1).await;
+        assert!(!waiting.is_finished(), "a third permit of two");
+        release(java).await.unwrap().unwrap();
+        within(15.0, "fencelock takes the permit Java gave back", waiting)
+            .await
+            .unwrap()
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        release(java2).await.unwrap().unwrap();
+    })
+    .await;
+}

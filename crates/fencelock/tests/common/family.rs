@@ -241,3 +241,137 @@ pub async fn a_name_is_one_primitive(a: &Client, b: &Client, name: &str) {
     reading.release().await.unwrap();
     until_queue(a, name, 0, 0).await;
 }
+
+/// Takes a permit of semaphore `name` of `n` in a task of its own.
+fn permit(client: &Client, name: &str, n: u32) -> JoinHandle<fencelock::Result<Guard>> {
+    let semaphore = client.semaphore(name, n);
+    tokio::spawn(async move { semaphore.acquire().await })
+}
+
+/// Whether semaphore `name` of `n` has no permit free for `client` right now.
+pub async fn no_permit(client: &Client, name: &str, n: u32) -> bool {
+    match client.semaphore(name, n).try_acquire().await.unwrap() {
+        Ok(guard) => {
+            guard.release().await.unwrap();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+/// N permits at most, each a holding of its own (its token, its release); waiters of two
+/// clients are served in arrival order; a release gives back its own permit only.
+pub async fn permits_never_exceed_n_and_go_in_arrival_order(a: &Client, b: &Client, name: &str) {
+    let p1 = a.semaphore(name, 2).acquire().await.unwrap();
+    let p2 = within(5.0, "a second permit", b.semaphore(name, 2).acquire())
+        .await
+        .unwrap();
+    assert_ne!(p1.fencing_token(), p2.fencing_token());
+    until_queue(a, name, 2, 0).await;
+    assert!(no_permit(b, name, 2).await, "a third permit of two");
+    let w1 = permit(a, name, 2);
+    until_queue(a, name, 2, 1).await;
+    let w2 = permit(b, name, 2);
+    until_queue(a, name, 2, 2).await;
+    p1.release().await.unwrap();
+    let g1 = got("the first waiter", w1).await;
+    assert!(p2.is_held(), "a release gave back another's permit");
+    until_queue(a, name, 2, 1).await;
+    assert!(!w2.is_finished(), "a third permit of two");
+    assert!(g1.fencing_token() > p2.fencing_token());
+    p2.release().await.unwrap();
+    let g2 = got("the second waiter", w2).await;
+    assert!(g1.is_held() && g2.is_held());
+    g1.release().await.unwrap();
+    g2.release().await.unwrap();
+    until_queue(a, name, 0, 0).await;
+}
+
+/// N is stored with the semaphore: another N is refused (`PermitsMismatch`) unless it
+/// resizes; lowering N revokes nothing, and a waiter holds once fewer than the new N hold.
+pub async fn another_n_is_refused_unless_resized(a: &Client, b: &Client, name: &str) {
+    let p1 = a.semaphore(name, 2).acquire().await.unwrap();
+    let p2 = a.semaphore(name, 2).acquire().await.unwrap();
+    match b.semaphore(name, 3).try_acquire().await.map(drop) {
+        Err(Error::PermitsMismatch {
+            lock,
+            stored,
+            asked,
+        }) => assert_eq!((lock.as_str(), stored, asked), (name, 2, 3)),
+        other => panic!("another N: {other:?}"),
+    }
+    // Lowered to 1 with two held: both stay, and nobody else gets one.
+    assert!(b
+        .semaphore(name, 1)
+        .resize()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_err());
+    assert!(p1.is_held() && p2.is_held(), "lowering N revoked a permit");
+    assert!(no_permit(b, name, 1).await);
+    let waiter = permit(b, name, 1);
+    until_queue(a, name, 2, 1).await;
+    p1.release().await.unwrap();
+    until_queue(a, name, 1, 1).await;
+    assert!(!waiter.is_finished(), "two permits of one");
+    p2.release().await.unwrap();
+    got("the waiter under the new N", waiter)
+        .await
+        .release()
+        .await
+        .unwrap();
+    match a.semaphore(name, 2).try_acquire().await.map(drop) {
+        Err(Error::PermitsMismatch { stored: 1, .. }) => {}
+        other => panic!("the old N after a resize: {other:?}"),
+    }
+}
+
+/// A permit's holding lost with its client's session or lease (`kill` ends it) comes back:
+/// the waiter holds it.
+pub async fn a_dead_holders_permit_comes_back(
+    live: &Client,
+    name: &str,
+    kill: impl std::future::Future<Output = ()>,
+) {
+    until_queue(live, name, 1, 0).await;
+    let waiter = permit(live, name, 1);
+    until_queue(live, name, 1, 1).await;
+    kill.await;
+    within(20.0, "the dead holder's permit comes back", waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// One name, one primitive: a semaphore against a mutex and a read-write lock, both ways.
+pub async fn a_semaphore_is_one_primitive(a: &Client, b: &Client, name: &str) {
+    let mutex = a.lock(name).acquire().await.unwrap();
+    match b.semaphore(name, 1).try_acquire().await.map(drop) {
+        Err(Error::PrimitiveMismatch { asked, found, .. }) => {
+            assert_eq!(asked, "semaphore");
+            assert!(found.contains("mutex"), "{found}");
+        }
+        other => panic!("a semaphore beside a mutex: {other:?}"),
+    }
+    mutex.release().await.unwrap();
+    let held = b.semaphore(name, 1).acquire().await.unwrap();
+    match a.lock(name).acquire_timeout(Duration::from_secs(5)).await {
+        Err(Error::PrimitiveMismatch { asked, found, .. }) => {
+            assert_eq!(asked, "mutex");
+            assert!(found.contains("semaphore"), "{found}");
+        }
+        other => panic!("a mutex beside a semaphore: {other:?}"),
+    }
+    match a.rw_lock(name).write().try_acquire().await.map(drop) {
+        Err(Error::PrimitiveMismatch { asked, found, .. }) => {
+            assert_eq!(asked, "read-write lock");
+            assert!(found.contains("semaphore"), "{found}");
+        }
+        other => panic!("a read-write lock beside a semaphore: {other:?}"),
+    }
+    held.release().await.unwrap();
+}

@@ -152,16 +152,15 @@ impl Inner {
         }
     }
 
-    /// A semaphore's queue for status and forced unlocks: its lease nodes in order (the
-    /// first N hold; all of them where no N is stored: Curator's), then its mutex's nodes
-    /// (the waiters), after a `sync` (see `children`).
+    /// A semaphore's queue for status and forced unlocks: its lease nodes in order (they
+    /// hold, but for the newest one when its owner holds the mutex: it waits), then its
+    /// mutex's nodes (the waiters).
     pub(super) async fn semaphore_listing(
         &self,
         name: &str,
         dir: &str,
     ) -> Result<Vec<Listed>, Error> {
         let fail = |e| self.fail(Some(name), e);
-        let n = self.stored(dir).await.map_err(fail)?;
         let mut paths = Vec::new();
         for (folder, mark) in [("leases", Mark::Lease), ("locks", Mark::Lock)] {
             let folder = format!("{dir}/{folder}");
@@ -173,23 +172,17 @@ impl Inner {
             let sorted = recipe::sorted(children, mark);
             paths.extend(sorted.into_iter().map(|c| format!("{folder}/{c}")));
         }
-        let held: Vec<String> = paths
-            .iter()
-            .filter(|p| p.contains("/leases/"))
-            .take(n.map_or(usize::MAX, |n| n as usize))
-            .cloned()
-            .collect();
-        let shares = |path: &str| held.iter().any(|h| h == path);
-        let listed = self.read_entries(paths, shares).await.map_err(fail)?;
-        // The waiter under the mutex has a lease node too: it shows as its mutex node only.
-        let waiting: Vec<String> = listed
-            .iter()
-            .filter(|e| e.path.contains("/locks/"))
-            .map(|e| e.owner.clone())
-            .collect();
-        let shown =
-            |e: &Listed| e.reader || !e.path.contains("/leases/") || !waiting.contains(&e.owner);
-        Ok(listed.into_iter().filter(shown).collect())
+        let lease = |path: &str| path.contains("/leases/");
+        let mut listed = self.read_entries(paths, lease).await.map_err(fail)?;
+        let leases = listed.iter().filter(|e| e.reader).count();
+        let waiting = match (leases.checked_sub(1), listed.get(leases)) {
+            (Some(last), Some(mutex)) => listed[last].owner == mutex.owner,
+            _ => false,
+        };
+        if waiting {
+            listed.remove(leases - 1);
+        }
+        Ok(listed)
     }
 
     /// The N stored with the semaphore, if any.
