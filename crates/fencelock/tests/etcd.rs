@@ -865,3 +865,92 @@ async fn rw_keys_are_where_etcds_rwmutex_looks() {
     })
     .await;
 }
+
+// ---- Semaphores (issue 24): `<name>/permit/<lease hex>-<unique>` keys under the client's
+// lease in create-revision order (the first N hold), N in the key `<name>`.
+
+/// N permits at most, served in arrival order, each released alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_permits_never_exceed_n_and_go_in_arrival_order() {
+    let etcd = server();
+    within(60.0, "semaphore order", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::permits_never_exceed_n_and_go_in_arrival_order(&a, &b, "sem-order").await;
+        until_keys(&etcd.endpoints(), "sem-order", 0).await;
+    })
+    .await;
+}
+
+/// Another N refused unless resized; lowering N revokes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_another_n_is_refused_unless_resized() {
+    let etcd = server();
+    within(60.0, "semaphore n", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::another_n_is_refused_unless_resized(&a, &b, "sem-n").await;
+    })
+    .await;
+}
+
+/// A semaphore's name is no other primitive's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_is_one_primitive() {
+    let etcd = server();
+    within(60.0, "semaphore kind", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::a_semaphore_is_one_primitive(&a, &b, "sem-kind").await;
+    })
+    .await;
+}
+
+/// The environment variable that makes [`semaphore_holder_process`] hold a permit.
+const PERMIT_URL: &str = "FENCELOCK_TEST_ETCD_PERMIT_URL";
+
+/// Not a test of its own: the holder process of
+/// [`semaphore_a_killed_holders_permit_comes_back`]; without [`PERMIT_URL`] it does nothing;
+/// with it, it holds a permit of "sem-killed" (of 1) under a 2 s lease for 60 s at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_holder_process() {
+    let Ok(url) = std::env::var(PERMIT_URL) else {
+        return;
+    };
+    let client = client_at(&url, 2_000).await;
+    let held = tokio::time::timeout(Duration::from_secs(60), async {
+        let _permit = client.semaphore("sem-killed", 1).acquire().await.unwrap();
+        std::future::pending::<()>().await
+    });
+    let _ = held.await;
+}
+
+/// A holder process killed with SIGKILL: its permit comes back when its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_a_killed_holders_permit_comes_back() {
+    let etcd = server();
+    let mut child = Killed(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "semaphore_holder_process", "--nocapture"])
+            .env(PERMIT_URL, etcd.url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    within(60.0, "a killed holder", async {
+        let live = client_at(&etcd.url(), 10_000).await;
+        let kill = async {
+            child.0.kill().unwrap();
+            child.0.wait().unwrap();
+        };
+        common::family::a_dead_holders_permit_comes_back(&live, "sem-killed", kill).await;
+    })
+    .await;
+}

@@ -16,7 +16,7 @@ use super::recipe::{self, Entry, Place, Wake};
 use super::session::Fault;
 use super::slots::Slot;
 use super::Inner;
-use crate::backend::queue::rule::Sight;
+use crate::backend::queue::rule::{Permits, Sight};
 use crate::backend::queue::{Driver, Turn};
 use crate::backend::session_service::SessionLocks;
 use crate::backend::{Kind, LockRequest, Wait};
@@ -41,6 +41,8 @@ pub(super) struct Queue<'a> {
     pub(super) dir: String,
     /// Another primitive's key found ahead of the attempt's own: the attempt fails.
     pub(super) mixed: std::sync::Mutex<Option<String>>,
+    /// A semaphore's rule, told the stored N at each look.
+    pub(super) permits: Option<&'a Permits>,
 }
 
 impl Queue<'_> {
@@ -48,9 +50,22 @@ impl Queue<'_> {
         &self.request.lock.name
     }
 
-    /// The attempt is a read-write lock's.
-    fn rw(&self) -> bool {
-        matches!(self.request.kind, Kind::Read | Kind::Write)
+    /// The attempt is a read-write lock's or a semaphore's: a key of its own, and every
+    /// key ahead read at each look.
+    fn own_key(&self) -> bool {
+        matches!(
+            self.request.kind,
+            Kind::Read | Kind::Write | Kind::Permit { .. }
+        )
+    }
+
+    /// The primitive whose keys the attempt queues with (`recipe::primitive_of`'s words).
+    fn expected(&self) -> &'static str {
+        match self.request.kind {
+            Kind::Read | Kind::Write => "read-write lock",
+            Kind::Permit { .. } => "semaphore",
+            Kind::Mutex | Kind::Leader { .. } => "mutex or election",
+        }
     }
 
     /// The primitive the attempt asks for, in `Error::PrimitiveMismatch`'s words.
@@ -69,14 +84,10 @@ impl Queue<'_> {
 
     /// Whether another primitive's key is among `ahead` (it is kept for the error).
     fn foreign(&self, ahead: &[Entry]) -> bool {
-        let rw = self.rw();
-        let other = ahead.iter().find(|e| {
-            let theirs = recipe::primitive_of(&self.dir, &e.key);
-            match rw {
-                true => theirs != "read-write lock",
-                false => theirs != "mutex or election",
-            }
-        });
+        let expected = self.expected();
+        let other = ahead
+            .iter()
+            .find(|e| recipe::primitive_of(&self.dir, &e.key) != expected);
         if let Some(other) = other {
             *self.mixed() = Some(other.key.clone());
         }
@@ -120,7 +131,7 @@ impl Driver for Queue<'_> {
         if created.holder.revision == mine {
             return Ok(Some(Vec::new()));
         }
-        if self.rw() {
+        if self.own_key() {
             // Every key ahead is read by `look`.
             return Ok(None);
         }
@@ -145,7 +156,13 @@ impl Driver for Queue<'_> {
         if self.mixed().is_some() {
             return Ok(None);
         }
-        if self.rw() {
+        if self.own_key() {
+            if let Some(permits) = self.permits {
+                let key = recipe::permits_key(&self.inner.prefix, self.name());
+                if let Some(n) = recipe::stored_permits(session, &key).await? {
+                    permits.set(n);
+                }
+            }
             let ahead = recipe::ahead(session, &self.dir, &attempt.key, mine).await?;
             return Ok(ahead.filter(|ahead| !self.foreign(ahead)));
         }

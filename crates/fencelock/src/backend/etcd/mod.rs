@@ -36,7 +36,7 @@ use super::current::{Ends, Opening};
 use super::holdings::Closing;
 use super::holdings::Side;
 use super::queue;
-use super::queue::rule::{First, Reader};
+use super::queue::rule::{First, Permits, Reader};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
 use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, Kind, LockRequest, Released};
@@ -128,7 +128,7 @@ impl SessionLocks for Inner {
         only_its_client: "the lock is a key under the holder's lease; only that client \
                           releases it (or Client::force_unlock deletes it)",
         rw_lock: true,
-        semaphore: false,
+        semaphore: true,
     };
 
     fn server(&self) -> String {
@@ -160,6 +160,9 @@ impl SessionLocks for Inner {
         if matches!(request.kind, Kind::Read | Kind::Write) {
             return self.rw_attempt(ask).await;
         }
+        if let Kind::Permit { permits, resize } = request.kind {
+            return self.permit(ask, permits, resize).await;
+        }
         // An owner of this client waits here for another's holding to end; if the lease ends
         // first, that holding's slot is never freed in this lease: stop waiting then.
         let slot = tokio::select! {
@@ -179,6 +182,7 @@ impl SessionLocks for Inner {
             request,
             dir: recipe::dir(&self.prefix, name),
             mixed: Default::default(),
+            permits: None,
         };
         match queue::take(&queue, &First, attempt, wait).await? {
             Some(mut held) => {
@@ -255,12 +259,58 @@ impl Inner {
             request,
             dir: recipe::dir(&self.prefix, name),
             mixed: Default::default(),
+            permits: None,
         };
         let taken = match write {
             true => queue::take(&queue, &First, attempt, wait).await?,
             false => queue::take(&queue, &Reader, attempt, wait).await?,
         };
         match taken {
+            Some(mut held) => {
+                let key = std::mem::take(&mut held.key);
+                let revision = held.revision.unwrap_or_default();
+                Ok(Acquired::Held(
+                    self.held(ctx, request, key, revision, None)?,
+                ))
+            }
+            None => wait.not_acquired(name),
+        }
+    }
+
+    /// A semaphore's permit: N stored (or checked: `Error::PermitsMismatch`) in the
+    /// semaphore's key, then a key of its own under `<name>/permit/`, which holds when fewer
+    /// than N keys are ahead of it (N read again at each look: a resize applies to waiters).
+    async fn permit(
+        self: &Arc<Self>,
+        ask: Ask<'_>,
+        permits: u32,
+        resize: bool,
+    ) -> Result<Acquired, Error> {
+        let Ask { ctx, request, wait } = ask;
+        let name = &request.lock.name;
+        let stored_at = recipe::permits_key(&self.prefix, name);
+        let stored = recipe::store_permits(&self.session, &stored_at, permits, resize).await;
+        if let Err(stored) = stored.map_err(|f| self.fail(Some(name), f))? {
+            return Err(Error::PermitsMismatch {
+                lock: name.clone(),
+                stored,
+                asked: permits,
+            });
+        }
+        let attempt = Attempt {
+            key: recipe::permit_key(&self.prefix, name, self.session.lease),
+            revision: None,
+            slot: None,
+        };
+        let rule = Permits::new(permits);
+        let queue = Queue {
+            inner: self,
+            request,
+            dir: recipe::dir(&self.prefix, name),
+            mixed: Default::default(),
+            permits: Some(&rule),
+        };
+        match queue::take(&queue, &rule, attempt, wait).await? {
             Some(mut held) => {
                 let key = std::mem::take(&mut held.key);
                 let revision = held.revision.unwrap_or_default();

@@ -48,6 +48,66 @@ pub(crate) fn rw_key(prefix: &str, name: &str, write: bool, lease: i64) -> Strin
     format!("{}{side}/{lease:x}-{unique:016x}", dir(prefix, name))
 }
 
+/// The key of a permit of semaphore `name`: `<prefix>/<name>/permit/<lease hex>-<unique>`,
+/// one per permit (a client's permits each have a key of their own).
+pub(crate) fn permit_key(prefix: &str, name: &str, lease: i64) -> String {
+    let unique: u64 = rand::random();
+    format!("{}permit/{lease:x}-{unique:016x}", dir(prefix, name))
+}
+
+/// The key that stores semaphore `name`'s number of permits: `<prefix>/<name>`, beside
+/// (not in) the range of its permits, without a lease.
+pub(crate) fn permits_key(prefix: &str, name: &str) -> String {
+    format!("{prefix}/{name}")
+}
+
+/// What storing a semaphore's N found: stored (or the same), or another N stored.
+pub(crate) type Stored = Result<(), u32>;
+
+/// Stores `n` as the semaphore's number in `key` if none is stored (or if `resize`);
+/// otherwise compares: `Ok(Err(stored))` when another number is stored.
+pub(crate) async fn store_permits(
+    session: &Session,
+    key: &str,
+    n: u32,
+    resize: bool,
+) -> Result<Stored, Fault> {
+    let value = n.to_string();
+    let txn = Txn::new()
+        .when([Compare::version(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key, value.as_str(), None)])
+        .or_else([TxnOp::get(key, None)]);
+    let reply = session.txn(txn).await?;
+    if reply.succeeded() {
+        return Ok(Ok(()));
+    }
+    let stored = ranges(&reply)?
+        .into_iter()
+        .next()
+        .and_then(|r| r.into_iter().next())
+        .and_then(|e| e.owner.trim().parse::<u32>().ok());
+    match stored {
+        Some(stored) if stored == n => Ok(Ok(())),
+        Some(stored) if !resize => Ok(Err(stored)),
+        _ => {
+            let txn = Txn::new().and_then([TxnOp::put(key, value.as_str(), None)]);
+            session.txn(txn).await?;
+            Ok(Ok(()))
+        }
+    }
+}
+
+/// The semaphore's stored number in `key`, if any.
+pub(crate) async fn stored_permits(session: &Session, key: &str) -> Result<Option<u32>, Fault> {
+    let txn = Txn::new().and_then([TxnOp::get(key, None)]);
+    let reply = session.txn(txn).await?;
+    Ok(ranges(&reply)?
+        .into_iter()
+        .next()
+        .and_then(|r| r.into_iter().next())
+        .and_then(|e| e.owner.trim().parse().ok()))
+}
+
 /// The primitive a key of a name's range belongs to, in `Error::PrimitiveMismatch`'s
 /// words: `read/` and `write/` keys are a read-write lock's, a key of one segment a mutex's
 /// or an election's (their layouts are one: they exclude each other).
@@ -55,6 +115,8 @@ pub(crate) fn primitive_of(dir: &str, key: &str) -> &'static str {
     let suffix = key.strip_prefix(dir).unwrap_or(key);
     if suffix.starts_with("read/") || suffix.starts_with("write/") {
         "read-write lock"
+    } else if suffix.starts_with("permit/") {
+        "semaphore"
     } else if !suffix.contains('/') {
         "mutex or election"
     } else {

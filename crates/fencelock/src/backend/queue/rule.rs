@@ -80,13 +80,26 @@ impl Rule for Reader {
     }
 }
 
-/// A semaphore's permit: holds when fewer than `permits` entries are ahead; otherwise waits
-/// on the entry `permits` places before its own (when that one goes, it may be among the
-/// first `permits`).
-// The semaphore's rule; no session service offers the semaphore yet.
-#[allow(dead_code)]
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Permits(pub(crate) usize);
+/// A semaphore's permit: holds when fewer than N entries are ahead; otherwise waits on the
+/// entry N places before its own (when that one goes, it may be among the first N). N is
+/// the semaphore's number as last read ([`Permits::set`]): a resize applies to the waiters.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) struct Permits(std::sync::atomic::AtomicUsize);
+
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+impl Permits {
+    /// A rule of `n` permits.
+    pub(crate) fn new(n: u32) -> Self {
+        Self(std::sync::atomic::AtomicUsize::new(n as usize))
+    }
+
+    /// The semaphore's number, as read with the queue.
+    pub(crate) fn set(&self, n: u32) {
+        self.0
+            .store(n as usize, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 impl Rule for Permits {
     fn sight(&self) -> Sight {
@@ -94,7 +107,7 @@ impl Rule for Permits {
     }
 
     fn decide<'a, E: Queued>(&self, ahead: &'a [E]) -> Decision<'a, E> {
-        let n = self.0.max(1);
+        let n = self.0.load(std::sync::atomic::Ordering::Relaxed).max(1);
         match (
             ahead.first(),
             ahead.len().checked_sub(n).map(|at| &ahead[at]),
@@ -145,11 +158,14 @@ mod tests {
 
     #[test]
     fn permits_hold_among_the_first_n() {
-        assert_eq!(Permits(3).decide(&[1, 2]), Decision::Holds);
+        let three = Permits::new(3);
+        assert_eq!(three.decide(&[1, 2]), Decision::Holds);
         assert_eq!(
-            Permits(3).decide(&[1, 2, 3, 4]),
+            three.decide(&[1, 2, 3, 4]),
             Decision::Waits { holder: &1, on: &2 }
         );
+        three.set(5);
+        assert_eq!(three.decide(&[1, 2, 3, 4]), Decision::Holds);
     }
 
     #[test]
