@@ -954,3 +954,19 @@ async fn semaphore_a_killed_holders_permit_comes_back() {
     })
     .await;
 }
+
+/// A paused server: readers' and permits' holdings are told lost, each on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn family_a_paused_server_loses_readers_and_permits() {
+    let etcd = server();
+    within(90.0, "paused", async {
+        let c = client_at(&etcd.url(), 2_000).await;
+        common::family::a_paused_server_loses_readers_and_permits(
+            &c,
+            || etcd.pause(),
+            || etcd.resume(),
+        )
+        .await;
+    })
+    .await;
+}

@@ -1799,3 +1799,19 @@ async fn semaphore_curator_interop() {
     })
     .await;
 }
+
+/// A paused server: readers' and permits' holdings are told lost, each on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn family_a_paused_server_loses_readers_and_permits() {
+    let zk = server();
+    within(90.0, "paused", async {
+        let c = client_at(&zk.url(), 2_000).await;
+        common::family::a_paused_server_loses_readers_and_permits(
+            &c,
+            || zk.pause(),
+            || zk.resume(),
+        )
+        .await;
+    })
+    .await;
+}

@@ -12,6 +12,15 @@
 //! session's holdings, only while that entry is there; losing it there fires the hold's lost
 //! signal. The services add reading the head, the guarded rewrite and a follower task.
 //!
+//! Read-write locks and semaphores run here too: each reader's, writer's and permit's
+//! holding is an entry of its own in the session, named by its hold as a mutex's is. The
+//! holdings are kept per (lock, owner, side) (`super::holdings::Side`): an owner may hold a
+//! read-write lock's write and read sides at once (a downgrade), and asking for the write
+//! side while holding only the read side is refused at once (`Error::UpgradeRefused`).
+//! Status lists every holder (the queue's first entry, then every reader with no other
+//! owner's writer ahead, every permit among the first N) and the waiters in order; a forced
+//! unlock deletes every holder's entry.
+//!
 //! A service implements [`SessionLocks`] on its session with only what differs: a
 //! [`Service`] constant (its name, its name rule, its refusals' words), how a failure counts
 //! ([`Failure`]), how it attempts (its `super::queue` driver), how it reads the queue

@@ -391,3 +391,38 @@ pub async fn a_semaphore_is_one_primitive(a: &Client, b: &Client, name: &str) {
     }
     held.release().await.unwrap();
 }
+
+/// A paused server (SIGSTOP): every reader's and every permit's holding is told lost
+/// (`lost()`) once the session or lease may have ended, each on its own; once the server
+/// runs again, the client takes both primitives anew.
+pub async fn a_paused_server_loses_readers_and_permits(
+    client: &Client,
+    pause: impl FnOnce(),
+    resume: impl FnOnce(),
+) {
+    let r1 = client.rw_lock("rw-paused").read().acquire().await.unwrap();
+    let r2 = client.rw_lock("rw-paused").read().acquire().await.unwrap();
+    let p = client.semaphore("sem-paused", 2).acquire().await.unwrap();
+    assert_ne!(r1.fencing_token(), r2.fencing_token());
+    pause();
+    within(20.0, "every holding told lost", async {
+        r1.lost().await;
+        r2.lost().await;
+        p.lost().await;
+    })
+    .await;
+    resume();
+    within(30.0, "read and permit again", async {
+        loop {
+            let read = client.rw_lock("rw-paused").read().acquire().await;
+            let permit = client.semaphore("sem-paused", 2).acquire().await;
+            if let (Ok(read), Ok(permit)) = (read, permit) {
+                read.release().await.unwrap();
+                permit.release().await.unwrap();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+}

@@ -17,6 +17,29 @@
 //!   `Election::observe`. A campaign is an attempt through the same queue and the same slot
 //!   as a mutex's (one key per name per lease): a mutex holder and a leader of one name
 //!   exclude each other, and so do `etcdctl lock NAME` and `etcdctl elect NAME`.
+//! - read-write locks (here, `rw_attempt`) in the layout of etcd's `recipes.RWMutex`:
+//!   `<prefix>/<name>/read/<unique>` and `.../write/<unique>` under the lease, one key per
+//!   attempt (no slot), in create-revision order; a reader holds when no writer key is ahead
+//!   of its own, a writer when no key is (as `RWMutex.RLock`/`Lock` look: the last write
+//!   key, the last key, below their own revision). Re-entry is counted in the client; an
+//!   owner holding only the read side is refused the write side (`Error::UpgradeRefused`).
+//!   A downgrade (write, then read) holds at once with the write key as its own: the key
+//!   stays until both sides are given back, so no writer queued meanwhile gets in; readers
+//!   queued meanwhile wait for it too (etcd cannot put a key at an older revision: the
+//!   price of the downgrade here, where ZooKeeper's read node takes the write node's place).
+//! - semaphores (here, `permit`): `<prefix>/<name>/permit/<lease hex>-<unique>` under the
+//!   lease, one key per permit, in create-revision order; a permit holds when fewer than N
+//!   keys are ahead of its own, and waits on the key N places before it. N is the value of
+//!   the key `<prefix>/<name>` (beside the range, without a lease: it outlives the permits,
+//!   until a resize rewrites it), put if absent with the first permit; another N is refused
+//!   (`Error::PermitsMismatch`) unless it resizes. Waiters read N again at each look: a
+//!   lowered N revokes nothing, a waiter holds once fewer than the new N keys are ahead.
+//!   Status counts the first N keys as holders (a permit granted under a larger N shows as a
+//!   waiter after a resize).
+//! - one name, one primitive: a key of another primitive ahead of an attempt's own (a
+//!   `read/`, `write/` or `permit/` key for a mutex, a one-segment key for the others) ends
+//!   it with `Error::PrimitiveMismatch` (`driver`). A mutex and an election share
+//!   `concurrency`'s layout and exclude each other: they are not told apart.
 //! - here: the lease (`Inner`) as a `super::session_service::SessionLocks`, which the shared
 //!   `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with

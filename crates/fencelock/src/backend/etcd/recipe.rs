@@ -1,4 +1,6 @@
-//! etcd's `concurrency.Mutex` layout, written for fencelock, without its slow path.
+//! etcd's `concurrency.Mutex` layout, written for fencelock, without its slow path; and the
+//! keys of read-write locks (`recipes.RWMutex`'s `read/` and `write/`) and semaphores
+//! (`permit/`, N in `<prefix>/N`) in the same range (see `super`).
 //!
 //! A lock named N is the key range `<prefix>/N/`; an attempt puts the key
 //! `<prefix>/N/<lease id in hex>` under the client's lease, only if it is absent (one

@@ -17,7 +17,21 @@
 //!   as data, the lowest leads, the term is its `czxid`): the leader, a leader's new value,
 //!   the follower behind `Election::observe`. A campaign is an attempt of its own kind through
 //!   the same queue (`driver`); a name used as a mutex and as an election at once fails the
-//!   attempt that finds the other kind ahead (`Error::WrongType`).
+//!   attempt that finds the other kind ahead (`Error::PrimitiveMismatch`).
+//! - read-write locks (`recipe`, `driver`, here): Curator's `InterProcessReadWriteLock`
+//!   nodes, `_c_<guid>-__READ__<seq>` and `_c_<guid>-__WRIT__<seq>` in the lock's folder, one
+//!   queue sorted by sequence across both kinds: a reader holds when no writer node is
+//!   before its own (it watches the last one), a writer when its node is first. Each reader
+//!   has its node, its `czxid` token and its place; re-entry is counted in the client per
+//!   side, an upgrade is refused (`Error::UpgradeRefused`). A downgrade (write, then read)
+//!   holds at once with a plain ephemeral read node carrying the write node's sequence (as
+//!   Curator does since CURATOR-621): once the write side is given back, later writers stay
+//!   behind it and later readers join it. The fast path (`quiet`) is the mutex's and the
+//!   election's only.
+//! - one name, one primitive: a node of another primitive in the folder ahead of an
+//!   attempt's own (another mark, or a semaphore's `locks`/`leases`) ends it with
+//!   `Error::PrimitiveMismatch` naming both; a semaphore refuses a folder with another
+//!   primitive's nodes (`semaphore`).
 //! - here: the session (`Inner`) as a `super::session_service::SessionLocks`, which the
 //!   shared `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with etcd).
