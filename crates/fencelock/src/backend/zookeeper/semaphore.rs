@@ -21,6 +21,7 @@
 
 use std::sync::Arc;
 
+use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::driver::{Attempt, Queue};
@@ -198,7 +199,8 @@ impl Inner {
 
     /// Makes sure the semaphore's folder stores `permits`: creates it with it, or stores it
     /// in a folder without one (Curator's), or checks it; another N is refused unless
-    /// `resize`. A folder of another primitive is refused (`Error::PrimitiveMismatch`).
+    /// `resize`. A folder of another primitive is refused (`Error::PrimitiveMismatch`). On a
+    /// semaphore in use, one round trip (its data and children read together).
     async fn store_permits(
         &self,
         name: &str,
@@ -208,43 +210,23 @@ impl Inner {
     ) -> Result<(), Error> {
         let fail = |e| self.fail(Some(name), e);
         let data = permits.to_string();
-        let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
         for _ in 0..8 {
-            let made = self
-                .session
-                .call(|zk| zk.create(dir, data.as_bytes(), &container));
-            match made.await {
-                Ok(_) => return Ok(()),
-                Err(zk::Error::NodeExists) => {}
-                Err(zk::Error::NoNode) => {
-                    let base = dir.rsplit_once('/').map_or("/", |(b, _)| b);
-                    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                    self.session
-                        .call(|zk| zk.mkdir(base, &persistent))
-                        .await
-                        .map_err(fail)?;
-                    continue;
-                }
-                Err(e) => return Err(fail(e)),
-            }
-            let (stored, stat) = match self.session.call(|zk| zk.get_data(dir)).await {
-                Ok(read) => read,
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(fail(e)),
+            let Some((stored, stat, children)) = self.folder(dir).await.map_err(fail)? else {
+                self.make_folder(dir, data.as_bytes()).await.map_err(fail)?;
+                continue;
             };
-            self.only_semaphore(name, dir).await?;
-            let stored = std::str::from_utf8(&stored).unwrap_or("?").trim();
-            let same = stored.parse::<u32>().ok();
-            match same {
-                Some(n) if n == permits => return Ok(()),
-                Some(n) if !resize => {
+            self.only_semaphore(name, dir, &children)?;
+            let stored = String::from_utf8_lossy(&stored).trim().to_owned();
+            match (stored.parse::<u32>().ok(), resize) {
+                (Some(n), _) if n == permits => return Ok(()),
+                (Some(n), false) => {
                     return Err(Error::PermitsMismatch {
                         lock: name.to_owned(),
                         stored: n,
                         asked: permits,
                     })
                 }
-                None if !stored.is_empty() && !resize => {
+                (None, false) if !stored.is_empty() => {
                     return Err(Error::Protocol {
                         lock: Some(name.to_owned()),
                         server: self.session.server.clone(),
@@ -273,13 +255,46 @@ impl Inner {
         })
     }
 
+    /// The folder's data, stat and children, read in one round trip; `None` without it.
+    async fn folder(
+        &self,
+        dir: &str,
+    ) -> Result<Option<(Vec<u8>, zk::Stat, Vec<String>)>, zk::Error> {
+        let sent = Instant::now();
+        let data = self.session.zk.get_data(dir);
+        let children = self.session.zk.list_children(dir);
+        let (data, children) = tokio::join!(
+            self.session.answer(sent, data),
+            self.session.answer(sent, children)
+        );
+        match (data, children) {
+            (Ok((data, stat)), Ok(children)) => Ok(Some((data, stat, children))),
+            (Err(zk::Error::NoNode), _) | (_, Err(zk::Error::NoNode)) => Ok(None),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        }
+    }
+
+    /// Creates the semaphore's folder (a container) storing `data`, and the base path if it
+    /// is missing; one made meanwhile by another client is fine (the caller reads it).
+    async fn make_folder(&self, dir: &str, data: &[u8]) -> Result<(), zk::Error> {
+        let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+        match self
+            .session
+            .call(|zk| zk.create(dir, data, &container))
+            .await
+        {
+            Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+            Err(zk::Error::NoNode) => {
+                let base = dir.rsplit_once('/').map_or("/", |(b, _)| b);
+                let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                self.session.call(|zk| zk.mkdir(base, &persistent)).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Refuses a folder that holds another primitive's nodes.
-    async fn only_semaphore(&self, name: &str, dir: &str) -> Result<(), Error> {
-        let children = match self.session.call(|zk| zk.list_children(dir)).await {
-            Ok(children) => children,
-            Err(zk::Error::NoNode) => return Ok(()),
-            Err(e) => return Err(self.fail(Some(name), e)),
-        };
+    fn only_semaphore(&self, name: &str, dir: &str, children: &[String]) -> Result<(), Error> {
         let other = children.iter().find_map(|c| {
             let found = recipe::primitive_of(c)?;
             (found != "semaphore").then(|| format!("{found} (node {dir}/{c})"))
