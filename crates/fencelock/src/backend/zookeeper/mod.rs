@@ -292,23 +292,21 @@ impl Inner {
             return Err(self.fail(Some(name), zk::Error::BadArguments(&"no write node")));
         };
         let (dir, guid) = (&attempt.dir, &attempt.guid);
+        // Until it holds, a failure or a dropped future removes the node in the background.
+        let mut left = semaphore::Leftovers::node(self, dir, guid);
         let data = request.owner.as_bytes();
         let made = recipe::create_at(&self.session, dir, guid, data, digits).await;
         let node = made.map_err(|e| self.fail(Some(name), e))?;
         attempt.node = Some(node.clone());
         let listed = self.session.call(|zk| zk.list_and_watch_children(dir));
-        let watcher = match listed.await {
-            Ok((_, watcher)) => watcher,
-            Err(e) => {
-                let _ = recipe::undo(&self.session, dir, guid, Some(&node.path)).await;
-                return Err(self.fail(Some(name), e));
-            }
-        };
+        let (_, watcher) = listed.await.map_err(|e| self.fail(Some(name), e))?;
         let signal = Signal::Queue {
             watcher,
             alone: false,
         };
-        Ok(Acquired::Held(self.held(ctx, request, node, signal)?))
+        let held = self.held(ctx, request, node, signal)?;
+        left.disarm();
+        Ok(Acquired::Held(held))
     }
 
     /// The attempt's node is the lowest: a new holding, watched for a forced delete.

@@ -32,15 +32,30 @@ use crate::backend::session_service::{Ask, Listed, SessionLocks};
 use crate::backend::{Acquired, Wait};
 use crate::error::Error;
 
-/// What an attempt left that must go unless it holds: the mutex's node, the lease's node.
-/// Dropped with anything in it (the caller stopped waiting), it is undone in the background.
-struct Leftovers {
+/// What an attempt left that must go unless it holds: the mutex's node, the lease's node
+/// (or a downgrade's read node). Dropped with anything in it (the attempt failed, or the
+/// caller stopped waiting), it is undone in the background.
+pub(super) struct Leftovers {
     inner: Arc<Inner>,
     mutex: Option<(String, String, Option<String>)>,
     lease: Option<(String, String, Option<String>)>,
 }
 
 impl Leftovers {
+    /// An attempt's node of GUID `guid` in folder `dir`, whatever its sequence.
+    pub(super) fn node(inner: &Arc<Inner>, dir: &str, guid: &str) -> Self {
+        Self {
+            inner: inner.clone(),
+            mutex: None,
+            lease: Some((dir.to_owned(), guid.to_owned(), None)),
+        }
+    }
+
+    /// The attempt holds: its node stays.
+    pub(super) fn disarm(&mut self) {
+        (self.mutex, self.lease) = (None, None);
+    }
+
     /// Removes `item` (folder, GUID, node if known) in the client's background.
     fn later(&self, item: Option<(String, String, Option<String>)>) {
         let Some((dir, guid, node)) = item else {
