@@ -970,3 +970,17 @@ async fn family_a_paused_server_loses_readers_and_permits() {
     })
     .await;
 }
+
+/// Any permit given back lets a waiter hold, not only the oldest one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_any_release_lets_a_waiter_hold() {
+    let etcd = server();
+    within(60.0, "any release", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::any_release_lets_a_waiter_hold(&a, &b, "sem-any").await;
+    })
+    .await;
+}

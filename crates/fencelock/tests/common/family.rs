@@ -426,3 +426,17 @@ pub async fn a_paused_server_loses_readers_and_permits(
     })
     .await;
 }
+
+/// Any permit given back lets a waiter hold, not only the oldest one: N=2, the newer of two
+/// holders releases, the waiter holds while the older still does.
+pub async fn any_release_lets_a_waiter_hold(a: &Client, b: &Client, name: &str) {
+    let older = a.semaphore(name, 2).acquire().await.unwrap();
+    let newer = b.semaphore(name, 2).acquire().await.unwrap();
+    let waiter = permit(a, name, 2);
+    until_queue(a, name, 2, 1).await;
+    newer.release().await.unwrap();
+    let got = got("the waiter after the newer holder's release", waiter).await;
+    assert!(older.is_held());
+    older.release().await.unwrap();
+    got.release().await.unwrap();
+}

@@ -43,6 +43,8 @@ pub(super) struct Queue<'a> {
     pub(super) mixed: std::sync::Mutex<Option<String>>,
     /// A semaphore's rule, told the stored N at each look.
     pub(super) permits: Option<&'a Permits>,
+    /// How many keys were ahead at the last look (a permit waits for any of them to go).
+    pub(super) seen: std::sync::atomic::AtomicUsize,
 }
 
 impl Queue<'_> {
@@ -164,6 +166,10 @@ impl Driver for Queue<'_> {
                 }
             }
             let ahead = recipe::ahead(session, &self.dir, &attempt.key, mine).await?;
+            if let Some(ahead) = &ahead {
+                self.seen
+                    .store(ahead.len(), std::sync::atomic::Ordering::Relaxed);
+            }
             return Ok(ahead.filter(|ahead| !self.foreign(ahead)));
         }
         // Even when the key before ours was the holder, ours is read again before it counts
@@ -181,9 +187,10 @@ impl Driver for Queue<'_> {
         )
     }
 
+    /// A permit waits for any key ahead of its own to go; the others for the key `on`.
     async fn behind(
         &self,
-        _attempt: &mut Attempt,
+        attempt: &mut Attempt,
         holder: &Entry,
         on: &Entry,
         wait: Wait,
@@ -196,7 +203,15 @@ impl Driver for Queue<'_> {
         if matches!(wait, Wait::No) {
             return Ok(Turn::GiveUp);
         }
-        match recipe::wait_for(&self.inner.session, on, wait.deadline()).await {
+        let session = &self.inner.session;
+        let woke = match (self.permits, attempt.revision) {
+            (Some(_), Some(mine)) => {
+                let seen = self.seen.load(std::sync::atomic::Ordering::Relaxed);
+                recipe::wait_for_any(session, &self.dir, (mine, seen), wait.deadline()).await
+            }
+            _ => recipe::wait_for(session, on, wait.deadline()).await,
+        };
+        match woke {
             Ok(Wake::Gone | Wake::Again) => Ok(Turn::Again),
             Ok(Wake::Deadline) => Ok(Turn::GiveUp),
             Err(f) if self.transient(&f) => Ok(Turn::Retry),

@@ -206,6 +206,7 @@ impl SessionLocks for Inner {
             dir: recipe::dir(&self.prefix, name),
             mixed: Default::default(),
             permits: None,
+            seen: Default::default(),
         };
         match queue::take(&queue, &First, attempt, wait).await? {
             Some(mut held) => {
@@ -283,6 +284,7 @@ impl Inner {
             dir: recipe::dir(&self.prefix, name),
             mixed: Default::default(),
             permits: None,
+            seen: Default::default(),
         };
         let taken = match write {
             true => queue::take(&queue, &First, attempt, wait).await?,
@@ -332,6 +334,7 @@ impl Inner {
             dir: recipe::dir(&self.prefix, name),
             mixed: Default::default(),
             permits: Some(&rule),
+            seen: Default::default(),
         };
         match queue::take(&queue, &rule, attempt, wait).await? {
             Some(mut held) => {

@@ -368,22 +368,38 @@ impl Deletion {
         revision: i64,
     ) -> Result<Option<Self>, Fault> {
         let options = etcd::WatchOptions::new().with_filters([etcd::WatchFilterType::NoPut]);
-        let mut stream = session
-            .call(|mut c| {
-                let (key, options) = (key.to_owned(), options.clone());
-                async move { c.watch(key, Some(options)).await }
-            })
-            .await?;
-        let confirmed = tokio::time::timeout(session.response_timeout, stream.message()).await;
-        match confirmed {
-            Ok(Ok(Some(reply))) if reply.created() && !reply.canceled() => {}
-            Ok(Err(e)) => return Err(Fault::Etcd(e)),
-            Err(_) => return Err(Fault::Timeout),
-            Ok(_) => return Err(Fault::Malformed("the watch was not created")),
-        }
+        let stream = confirmed(session, key, options).await?;
         let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]);
         let reply = session.txn(txn).await?;
         Ok(reply.succeeded().then_some(Self { stream }))
+    }
+
+    /// Watches range `dir` for any deletion from the current revision, and waits until the
+    /// server has confirmed the watch; then counts the range's keys below create revision
+    /// `mine`: `None` when fewer than `seen` (one went already: look again). A permit waits
+    /// so: any key ahead that goes may let it hold, not one key in particular.
+    pub(crate) async fn watch_range(
+        session: &Session,
+        dir: &str,
+        mine: i64,
+        seen: usize,
+    ) -> Result<Option<Self>, Fault> {
+        let options = etcd::WatchOptions::new()
+            .with_prefix()
+            .with_filters([etcd::WatchFilterType::NoPut]);
+        let stream = confirmed(session, dir, options).await?;
+        let count = GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision(mine - 1)
+            .with_count_only();
+        let reply = session
+            .call(|mut c| {
+                let (dir, count) = (dir.to_owned(), count.clone());
+                async move { c.get(dir, Some(count)).await }
+            })
+            .await?;
+        let ahead = usize::try_from(reply.count()).unwrap_or(0);
+        Ok((ahead >= seen).then_some(Self { stream }))
     }
 
     /// Waits for the deletion (`true`), or for the watch to end (`false`: the caller reads
@@ -406,6 +422,27 @@ impl Deletion {
     }
 }
 
+/// A watch of `key` with `options`, once the server has confirmed it.
+async fn confirmed(
+    session: &Session,
+    key: &str,
+    options: etcd::WatchOptions,
+) -> Result<etcd::WatchStream, Fault> {
+    let mut stream = session
+        .call(|mut c| {
+            let (key, options) = (key.to_owned(), options.clone());
+            async move { c.watch(key, Some(options)).await }
+        })
+        .await?;
+    let confirmed = tokio::time::timeout(session.response_timeout, stream.message()).await;
+    match confirmed {
+        Ok(Ok(Some(reply))) if reply.created() && !reply.canceled() => Ok(stream),
+        Ok(Err(e)) => Err(Fault::Etcd(e)),
+        Err(_) => Err(Fault::Timeout),
+        Ok(_) => Err(Fault::Malformed("the watch was not created")),
+    }
+}
+
 /// How a wait for the key before one's own ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Wake {
@@ -424,7 +461,29 @@ pub(crate) async fn wait_for(
     before: &Entry,
     deadline: Option<Instant>,
 ) -> Result<Wake, Fault> {
-    let Some(deletion) = Deletion::watch(session, &before.key, before.revision).await? else {
+    let deletion = Deletion::watch(session, &before.key, before.revision).await?;
+    wait_on(session, deletion, deadline).await
+}
+
+/// Waits until a key of range `dir` below create revision `mine` is deleted (of `seen`
+/// keys there when the queue was read), the session ends (an error), or `deadline` passes.
+pub(crate) async fn wait_for_any(
+    session: &Arc<Session>,
+    dir: &str,
+    (mine, seen): (i64, usize),
+    deadline: Option<Instant>,
+) -> Result<Wake, Fault> {
+    let deletion = Deletion::watch_range(session, dir, mine, seen).await?;
+    wait_on(session, deletion, deadline).await
+}
+
+/// Waits on a confirmed watch (`None`: the deletion came already).
+async fn wait_on(
+    session: &Arc<Session>,
+    deletion: Option<Deletion>,
+    deadline: Option<Instant>,
+) -> Result<Wake, Fault> {
+    let Some(deletion) = deletion else {
         return Ok(Wake::Gone);
     };
     let until = async {
