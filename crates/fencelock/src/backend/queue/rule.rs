@@ -80,9 +80,10 @@ impl Rule for Reader {
     }
 }
 
-/// A semaphore's permit: holds when fewer than N entries are ahead; otherwise waits on the
-/// entry N places before its own (when that one goes, it may be among the first N). N is
-/// the semaphore's number as last read ([`Permits::set`]): a resize applies to the waiters.
+/// A semaphore's permit: holds when fewer than N entries are ahead; otherwise it waits, with
+/// `on` the entry N places before its own. Any entry ahead that goes may let it hold, so a
+/// driver waits for any of them (etcd watches the range), not for `on` alone. N is the
+/// semaphore's number as last read ([`Permits::set`]): a resize applies to the waiters.
 #[derive(Debug)]
 #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 pub(crate) struct Permits(std::sync::atomic::AtomicUsize);
