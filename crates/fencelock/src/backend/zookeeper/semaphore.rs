@@ -132,7 +132,8 @@ impl Inner {
 
     /// Creates the lease node and waits, under the semaphore's mutex, until at most N lease
     /// nodes are there (N read again at each turn): the node and the listing's watch once it
-    /// holds, `None` when it gave up (no wait, or past the deadline).
+    /// holds, `None` when it gave up (no wait, or past the deadline). A waiter outlives a
+    /// connection loss while its session and its deadline do.
     async fn lease(
         &self,
         dir: &str,
@@ -148,24 +149,43 @@ impl Inner {
         };
         let (node, mut listing) = recipe::create(&self.session, &leases, guid, entry, true).await?;
         loop {
-            let listed = match listing.take() {
-                Some(listed) => listed,
-                None => recipe::list(&self.session, &leases, Mark::Lease).await?,
+            let turn = async {
+                let listed = match listing.take() {
+                    Some(listed) => listed,
+                    None => recipe::list(&self.session, &leases, Mark::Lease).await?,
+                };
+                if !listed.children.iter().any(|c| c == node.name()) {
+                    return Err(zk::Error::NoNode);
+                }
+                let n = self.stored(dir).await?.unwrap_or(permits);
+                if listed.children.len() <= n as usize {
+                    return Ok(Some(Some(listed.watcher)));
+                }
+                if matches!(wait, Wait::No) {
+                    return Ok(Some(None));
+                }
+                let woke = recipe::wait_for(&self.session, listed.watcher, wait.deadline()).await?;
+                Ok((!woke).then_some(None))
             };
-            if !listed.children.iter().any(|c| c == node.name()) {
-                return Err(zk::Error::NoNode);
-            }
-            let n = self.stored(dir).await?.unwrap_or(permits);
-            if listed.children.len() <= n as usize {
-                return Ok(Some((node, listed.watcher)));
-            }
-            if matches!(wait, Wait::No) {
-                return Ok(None);
-            }
-            if !recipe::wait_for(&self.session, listed.watcher, wait.deadline()).await? {
-                return Ok(None);
+            match turn.await {
+                Ok(Some(Some(watcher))) => return Ok(Some((node, watcher))),
+                Ok(Some(None)) => return Ok(None),
+                Ok(None) => {}
+                Err(e) if self.again(wait, &e) => tokio::time::sleep(super::RETRY).await,
+                Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Whether a waiter's failed request is tried again: a connection loss while the session
+    /// and the deadline last.
+    fn again(&self, wait: Wait, e: &zk::Error) -> bool {
+        matches!(wait, Wait::Until(_))
+            && recipe::connection_lost(e)
+            && !self.session.holds.ended.is_cancelled()
+            && wait
+                .deadline()
+                .is_none_or(|at| tokio::time::Instant::now() < at)
     }
 
     /// A semaphore's queue for status and forced unlocks: its lease nodes in order (they
