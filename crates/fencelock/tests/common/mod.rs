@@ -7,6 +7,8 @@ use std::time::Duration;
 use fencelock::{Client, ClientOptions};
 use fencelock_testkit::RedisServer;
 
+pub mod family;
+
 pub fn server() -> RedisServer {
     RedisServer::start().expect("start redis-server")
 }
