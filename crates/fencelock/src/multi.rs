@@ -83,7 +83,9 @@ impl MultiLock {
     }
 
     /// Takes every lock in order, waiting as `wait` says for each (a deadline is the whole
-    /// multi-lock's); gives back what was taken when one fails.
+    /// multi-lock's); gives back what was taken when one fails. A lock lost while a later one
+    /// was awaited (a fixed lease that ran out) makes it give all back and start again, so it
+    /// returns only with every lock held.
     async fn take(&self, wait: Wait) -> Result<Result<MultiGuard, MultiContended>> {
         if let Some(problem) = &self.problem {
             return Err(problem.clone().into());
@@ -92,6 +94,28 @@ impl MultiLock {
         for lock in &self.locks {
             lock.validate()?;
         }
+        loop {
+            let mut taken = match self.take_once(wait).await? {
+                Ok(taken) => taken,
+                Err(contended) => return Ok(Err(contended)),
+            };
+            let lost = taken
+                .0
+                .iter()
+                .find(|g| !g.is_held())
+                .map(|g| g.parts().1.lost_error());
+            let Some(lost) = lost else {
+                return Ok(Ok(MultiGuard::new(std::mem::take(&mut taken.0))));
+            };
+            taken.give_back().await;
+            if matches!(wait, Wait::No) {
+                return Err(lost);
+            }
+        }
+    }
+
+    /// One pass over the locks in order.
+    async fn take_once(&self, wait: Wait) -> Result<Result<Taken, MultiContended>> {
         let mut taken = Taken(Vec::with_capacity(self.locks.len()));
         for lock in &self.locks {
             match lock.ask(Kind::Mutex, wait).await {
@@ -107,7 +131,7 @@ impl MultiLock {
                 }
             }
         }
-        Ok(Ok(MultiGuard::new(std::mem::take(&mut taken.0))))
+        Ok(Ok(taken))
     }
 
     /// Takes every lock, waiting as long as it takes (in the global order, so never in a

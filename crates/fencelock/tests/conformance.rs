@@ -48,7 +48,8 @@ use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, LostReaso
 use fencelock_testkit::TcpProxy;
 use multi::{
     a_multi_lock_gives_back_and_tells_of_any_loss, a_multi_lock_is_all_or_nothing,
-    bad_multi_locks_are_refused_before_any_io, multi_locks_in_opposite_orders_never_deadlock,
+    a_multi_lock_returns_only_with_every_lock_held, bad_multi_locks_are_refused_before_any_io,
+    multi_locks_in_opposite_orders_never_deadlock,
 };
 use tokio::time::Instant;
 
@@ -1942,6 +1943,7 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(a_multi_lock_is_all_or_nothing);
     step!(multi_locks_in_opposite_orders_never_deadlock);
     step!(a_multi_lock_gives_back_and_tells_of_any_loss);
+    step!(a_multi_lock_returns_only_with_every_lock_held);
     step!(elections_are_offered_or_refused);
     step!(one_leader_at_a_time_in_arrival_order);
     step!(observers_see_each_leader_in_order);

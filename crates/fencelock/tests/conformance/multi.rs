@@ -161,3 +161,30 @@ pub(super) async fn bad_multi_locks_are_refused_before_any_io(d: &dyn Deployment
         "a lock taken before the check"
     );
 }
+
+/// With a fixed lease (where offered), a lock whose lease runs out while a later one is
+/// awaited is not handed over lost: the multi-lock gives all back and takes them again, and
+/// returns with every lock held.
+pub(super) async fn a_multi_lock_returns_only_with_every_lock_held(d: &dyn Deployment) {
+    if !d.caps().fixed_lease {
+        return;
+    }
+    let (a, b) = (
+        connect(d, lease(20_000)).await,
+        connect(d, lease(20_000)).await,
+    );
+    let busy = a.lock("f-b").acquire().await.unwrap();
+    let fixed = fencelock::LockOptions::default().lease(Duration::from_millis(300));
+    let multi = b.multi_lock(&["f-a", "f-b"]).with_options(fixed);
+    let waiting = tokio::spawn(async move { multi.acquire().await });
+    until_entries(d, "f-a", 1).await;
+    // f-a's 300 ms lease runs out while f-b is still busy.
+    until_entries(d, "f-a", 0).await;
+    assert_eq!(busy.release().await.unwrap(), Released::Released);
+    let held = within(10.0, "the multi-lock is taken", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(held.is_held(), "returned with a lock already lost");
+    held.release().await.unwrap();
+}
