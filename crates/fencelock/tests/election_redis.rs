@@ -703,3 +703,29 @@ async fn observers_follow_anew_after_a_sentinel_failover() {
     .await;
     drop(set);
 }
+
+/// An `observe()` given up half-way (its future dropped while it subscribes or reads), and
+/// an observer dropped, leave no observer behind: once nobody listens, the lock's channel is
+/// unsubscribed (an observer left registered would keep it, and every message on it, for the
+/// client's life).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observe_given_up_half_way_leaves_no_subscription() {
+    let server = server();
+    let watcher = client(&server).await;
+    let election = watcher.election("half");
+    for _ in 0..20 {
+        let observe = election.observe();
+        let _ = tokio::time::timeout(std::time::Duration::from_micros(50), observe).await;
+    }
+    drop(watcher.election("half").observe().await.unwrap());
+    let channels = || match server.command(&["PUBSUB", "CHANNELS", "*half*"]) {
+        Ok(fencelock_testkit::Reply::Array(Some(names))) => names.len(),
+        other => panic!("PUBSUB CHANNELS: {other:?}"),
+    };
+    within(5.0, "the channel is unsubscribed", async {
+        while channels() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}

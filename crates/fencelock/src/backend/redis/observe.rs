@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::engine::Engine;
 use super::keys::LockKeys;
-use super::waiters::{WaitRegistry, Watch};
+use super::waiters::{WaitRegistry, Watching};
 use crate::backend::{Feed, Leader};
 use crate::error::Error;
 
@@ -65,21 +65,14 @@ pub(super) async fn start(
     keys: LockKeys,
 ) -> Result<Feed, Error> {
     let channel = keys.channel().to_string();
-    let watch = waiters.watch(engine, &channel).await?;
-    let first = match read(engine, &keys).await {
-        Ok(seen) => seen,
-        Err(e) => {
-            waiters.unwatch(engine, &channel, &watch).await;
-            return Err(e);
-        }
-    };
+    // Dropped on an error or a future given up half-way, it removes the observer.
+    let watching = waiters.watch(engine, &channel).await?;
+    let first = read(engine, &keys).await?;
     let (feed, receiver) = mpsc::channel(FEED_ROOM);
     let follower = Follower {
         engine: Arc::downgrade(engine),
-        waiters: waiters.clone(),
         keys,
-        channel,
-        watch,
+        watching,
         feed,
     };
     tokio::spawn(follower.run(first));
@@ -90,10 +83,9 @@ pub(super) async fn start(
 struct Follower {
     /// Weak: a follower does not keep a closed client's connections alive.
     engine: Weak<Engine>,
-    waiters: Arc<WaitRegistry>,
     keys: LockKeys,
-    channel: String,
-    watch: Arc<Watch>,
+    /// Its registration on the lock's channel, removed when the follower ends.
+    watching: Watching,
     feed: mpsc::Sender<Result<Option<Leader>, Error>>,
 }
 
@@ -102,11 +94,6 @@ impl Follower {
         let end = self.follow(first).await;
         if let Some(e) = end {
             let _ = self.feed.send(Err(e)).await;
-        }
-        if let Some(engine) = self.engine.upgrade() {
-            self.waiters
-                .unwatch(&engine, &self.channel, &self.watch)
-                .await;
         }
     }
 
@@ -125,11 +112,11 @@ impl Follower {
                 }
             };
             tokio::select! {
-                _ = self.watch.woken() => {}
+                _ = self.watching.watch.woken() => {}
                 _ = expiry => {}
                 _ = self.feed.closed() => return None,
             }
-            if self.watch.is_cut() {
+            if self.watching.watch.is_cut() {
                 return Some(self.unavailable(
                     "the subscription to the election's channel was lost: changes may have \
                      been missed",

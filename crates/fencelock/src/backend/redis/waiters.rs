@@ -89,6 +89,33 @@ impl Watch {
     }
 }
 
+/// An election observer's registration ([`WaitRegistry::watch`]): removed from its channel
+/// when dropped, and the channel unsubscribed (in a task) once nobody listens.
+pub(crate) struct Watching {
+    registry: Arc<WaitRegistry>,
+    engine: Weak<Engine>,
+    channel: String,
+    pub(crate) watch: Arc<Watch>,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let idle = {
+            let mut channels = self.registry.channels();
+            let Some(queue) = channels.get_mut(&self.channel) else {
+                return;
+            };
+            queue.observers.retain(|w| !Arc::ptr_eq(w, &self.watch));
+            queue.is_empty()
+        };
+        let runtime = tokio::runtime::Handle::try_current();
+        if let (true, Some(engine), Ok(runtime)) = (idle, self.engine.upgrade(), runtime) {
+            let (registry, channel) = (self.registry.clone(), std::mem::take(&mut self.channel));
+            runtime.spawn(async move { registry.unsubscribe_if_idle(&engine, &channel).await });
+        }
+    }
+}
+
 /// A message for election observers only (see queue.lua's `LEADER`).
 fn for_observers(message: &[u8]) -> bool {
     message == b"=leader"
@@ -218,44 +245,35 @@ impl WaitRegistry {
 
     /// Adds an election observer of the lock whose channel is `channel`, and makes sure the
     /// subscriber connection receives that channel before returning (as [`Self::join`]), so
-    /// that a change after this point cannot be missed.
-    pub(crate) async fn watch(&self, engine: &Engine, channel: &str) -> Result<Arc<Watch>, Error> {
-        let watch = Arc::new(Watch::default());
+    /// that a change after this point cannot be missed. The observer is removed when the
+    /// returned [`Watching`] drops, also when this future is dropped half-way.
+    pub(crate) async fn watch(
+        self: &Arc<Self>,
+        engine: &Arc<Engine>,
+        channel: &str,
+    ) -> Result<Watching, Error> {
+        let watching = Watching {
+            registry: self.clone(),
+            engine: Arc::downgrade(engine),
+            channel: channel.to_owned(),
+            watch: Arc::new(Watch::default()),
+        };
         let subscribed = {
             let mut channels = self.channels();
             let queue = channels.entry(channel.to_owned()).or_default();
-            queue.observers.push(watch.clone());
+            queue.observers.push(watching.watch.clone());
             queue.subscribed
         };
         if !subscribed {
-            let order = self.subscription.lock().await;
+            let _order = self.subscription.lock().await;
             if !self.channels().get(channel).is_some_and(|q| q.subscribed) {
-                if let Err(e) = engine.subscribe(&self.channels_of(engine, channel)).await {
-                    drop(order);
-                    self.unwatch(engine, channel, &watch).await;
-                    return Err(e);
-                }
+                engine.subscribe(&self.channels_of(engine, channel)).await?;
                 if let Some(queue) = self.channels().get_mut(channel) {
                     queue.subscribed = true;
                 }
             }
         }
-        Ok(watch)
-    }
-
-    /// Removes an election observer; the channel is unsubscribed if nobody else listens.
-    pub(crate) async fn unwatch(&self, engine: &Engine, channel: &str, watch: &Arc<Watch>) {
-        let idle = {
-            let mut channels = self.channels();
-            let Some(queue) = channels.get_mut(channel) else {
-                return;
-            };
-            queue.observers.retain(|w| !Arc::ptr_eq(w, watch));
-            queue.is_empty()
-        };
-        if idle {
-            self.unsubscribe_if_idle(engine, channel).await;
-        }
+        Ok(watching)
     }
 
     /// Unsubscribes from a channel whose queue is empty; runs in the background task.
@@ -404,8 +422,11 @@ impl ReleaseSink for WaitRegistry {
 
     fn disconnected(&self) {
         // Releases may have been missed while the subscriber was away: every head retries,
-        // and every observer stops (its caller follows anew).
-        for queue in self.channels().values() {
+        // and every observer stops (its caller follows anew). Every channel counts as not
+        // subscribed: the next waiter or observer subscribes again and awaits the server's
+        // confirmation, so that nothing published after it reads can be missed.
+        for queue in self.channels().values_mut() {
+            queue.subscribed = false;
             if let Some(head) = queue.waiters.front() {
                 head.notify.notify_one();
             }
