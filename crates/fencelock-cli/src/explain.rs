@@ -100,6 +100,27 @@ pub fn explain(e: &Error, conn: &Connection, connecting: bool) -> String {
             a(service),
             crate::services::url_hint()
         ),
+        Error::Unsupported { service, what, .. } if *what == "a read-write lock" => format!(
+            "{service} offers no read-write lock (yet): `run -s` and `run -x` need a service \
+             that does; plain `run NAME` takes a mutex"
+        ),
+        Error::Unsupported { service, what, .. } if *what == "a semaphore" => format!(
+            "{service} offers no semaphore (yet): `run --permits` needs a service that does"
+        ),
+        Error::PermitsMismatch {
+            lock,
+            stored,
+            asked,
+        } => format!(
+            "semaphore {lock:?} is in use with {stored} permits, but --permits {asked} was \
+             asked: give --permits {stored} (the number is stored while a permit is held or \
+             awaited)"
+        ),
+        Error::PrimitiveMismatch { .. } => format!(
+            "{text}: one name is one primitive; use another name, or take it as it is used \
+             (`run NAME`: mutex; `run -s`/`-x`: read-write lock; `run --permits N`: \
+             semaphore; `elect`: election)"
+        ),
         _ => text.replace("request bound", "time limit"),
     }
 }
