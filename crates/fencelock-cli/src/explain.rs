@@ -100,13 +100,13 @@ pub fn explain(e: &Error, conn: &Connection, connecting: bool) -> String {
             a(service),
             crate::services::url_hint()
         ),
-        Error::Unsupported { service, what, .. } if *what == "a read-write lock" => format!(
-            "{service} offers no read-write lock (yet): `run -s` and `run -x` need a service \
-             that does; plain `run NAME` takes a mutex"
+        Error::Unsupported { what, .. } if *what == "a read-write lock" => format!(
+            "{text}; `run -s` and `run -x` need a service that offers read-write locks \
+             (plain `run NAME` takes a mutex)"
         ),
-        Error::Unsupported { service, what, .. } if *what == "a semaphore" => format!(
-            "{service} offers no semaphore (yet): `run --permits` needs a service that does"
-        ),
+        Error::Unsupported { what, .. } if *what == "a semaphore" => {
+            format!("{text}; `run --permits` needs a service that offers semaphores")
+        }
         Error::PermitsMismatch {
             lock,
             stored,
