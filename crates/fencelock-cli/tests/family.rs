@@ -332,6 +332,31 @@ async fn losing_any_of_the_locks_stops_program() {
     assert!(!alive(pid), "PROGRAM outlived the loss");
 }
 
+/// A run of `--also` waiting for its second lock (the first one taken) gives up on SIGTERM
+/// with 143, and leaves neither lock taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_while_waiting_for_also_gives_everything_back() {
+    let server = Server::start(Kind::Redis).await;
+    let observer = client(&server).await;
+    let busy = observer.lock("wb").acquire().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let waiting = Holder::start(&server, dir.path(), "w", &["wa", "--also", "wb"]);
+    shows(&observer, "wb", 1, 1).await;
+    assert!(
+        observer.status("wa").await.unwrap().held,
+        "wa is taken first"
+    );
+    signal(
+        waiting.child.id().unwrap() as i32,
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let status = waiting.finish().await;
+    assert_eq!(status.code(), Some(128 + 15));
+    assert!(!observer.status("wa").await.unwrap().held, "wa left taken");
+    shows(&observer, "wb", 1, 0).await;
+    busy.release().await.unwrap();
+}
+
 /// Combinations that make no sense are usage errors before any server is contacted (the URL
 /// names a port nobody listens on: contact would give 69).
 #[tokio::test]
