@@ -100,6 +100,13 @@ pub fn explain(e: &Error, conn: &Connection, connecting: bool) -> String {
             a(service),
             crate::services::url_hint()
         ),
+        _ => family(e, &text).unwrap_or_else(|| text.replace("request bound", "time limit")),
+    }
+}
+
+/// The lock family's errors in the CLI's words (`run -s`/`-x`, `--permits`), if `e` is one.
+fn family(e: &Error, text: &str) -> Option<String> {
+    Some(match e {
         Error::Unsupported { what, .. } if *what == "a read-write lock" => format!(
             "{text}; `run -s` and `run -x` need a service that offers read-write locks \
              (plain `run NAME` takes a mutex)"
@@ -121,8 +128,8 @@ pub fn explain(e: &Error, conn: &Connection, connecting: bool) -> String {
              (`run NAME`: mutex; `run -s`/`-x`: read-write lock; `run --permits N`: \
              semaphore; `elect`: election)"
         ),
-        _ => text.replace("request bound", "time limit"),
-    }
+        _ => return None,
+    })
 }
 
 /// Whether a transport's message says the peer speaks another protocol.

@@ -99,8 +99,8 @@ impl Semaphore {
     /// The same semaphore whose permits are held under an explicit owner id (see
     /// [`Lock::with_owner`]), rather than a fresh one per acquire: for a process that takes one
     /// permit and wants `status` to name it (the `fencelock` command's host/pid ids). Two
-    /// acquires under one owner id are one owner to the service (as for a mutex, not two
-    /// permits); give each permit holder an id of its own.
+    /// acquires under one owner id are one owner to the service, which treats the second as
+    /// it treats a mutex's re-entry: give each permit holder an id of its own.
     pub fn with_owner(mut self, owner: &str) -> Self {
         self.owner = Some(owner.into());
         self

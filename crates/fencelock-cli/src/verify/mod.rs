@@ -4,6 +4,10 @@
 //! schedule without fencing) runs after the run, so the report can show what fencing
 //! prevented. `--primitive election` runs the same loop as a leader election (campaign,
 //! write with the term, resign), and every client observes the election for the checker.
+//! `--primitive rwlock|semaphore|multi` (issue 24) run it on the lock family: a seeded mix of
+//! readers and writers, permit holders of `--permits N`, or two locks at once; what each
+//! writes and what the checker looks for is in `check.rs`. A service that does not offer the
+//! read-write lock or the semaphore is said before the run (69).
 //!
 //! - `args`: flags, backends, faults.
 //! - `servers`: throwaway servers through the test kit (or the user's `--url`).

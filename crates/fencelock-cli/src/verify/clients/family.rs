@@ -5,8 +5,9 @@
 
 use std::sync::LazyLock;
 
-use super::process::Ctx;
-use crate::verify::events::Kind;
+use redis::aio::MultiplexedConnection;
+
+use crate::verify::events::{Kind, Recorder};
 
 static CHECKED_READ: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("checked_read.lua")));
@@ -14,23 +15,35 @@ static CHECKED_READ: LazyLock<redis::Script> =
 static PERMITS: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("permits.lua")));
 
+/// Where a family write goes and how: the register's key, fenced or not (the control).
+pub struct Target<'a> {
+    /// The recorder of the holding's part.
+    pub rec: Recorder,
+    /// The register's Redis.
+    pub conn: &'a mut MultiplexedConnection,
+    /// The register's key.
+    pub key: &'a str,
+    /// Whether the register may refuse.
+    pub fenced: bool,
+}
+
 /// A reader's end of hold (part 1): reads the register and whether a later writer wrote.
 /// Recorded as a write of the value read: accepted when the reader's view stands (or,
 /// unfenced, anyway, `stale` saying it did not), rejected (fenced) when it does not.
-pub async fn checked_read(ctx: &mut Ctx, attempt: u64, token: u64) {
-    let rec = ctx.rec.part(1);
+pub async fn checked_read(to: Target<'_>, attempt: u64, token: u64) {
+    let rec = to.rec;
     rec.record(Kind::WriteCall {
         attempt,
         token,
         value: 0,
     });
     let reply: redis::RedisResult<(i64, String)> = CHECKED_READ
-        .key(ctx.registers[0].key())
+        .key(to.key)
         .arg(token.to_string())
-        .invoke_async(&mut ctx.conn)
+        .invoke_async(to.conn)
         .await;
     let kind = match reply {
-        Ok((stale, _)) if stale == 1 && !ctx.args.no_fencing => Kind::WriteRejected {
+        Ok((stale, _)) if stale == 1 && to.fenced => Kind::WriteRejected {
             attempt,
             token,
             highest: None,
@@ -50,23 +63,23 @@ pub async fn checked_read(ctx: &mut Ctx, attempt: u64, token: u64) {
     rec.record(kind);
 }
 
-/// A permit holder's write of `value` with `token` to the register that keeps the N highest
-/// tokens (unfenced: written anyway, `stale` saying whether it would have been refused).
-pub async fn permit_write(ctx: &mut Ctx, attempt: u64, token: u64, value: u64) {
-    ctx.rec.record(Kind::WriteCall {
+/// A permit holder's write of `value` with `token` to the register that keeps the `permits`
+/// highest tokens (unfenced: written anyway, `stale` saying whether it would have been
+/// refused).
+pub async fn permit_write(to: Target<'_>, permits: u32, attempt: u64, token: u64, value: u64) {
+    to.rec.record(Kind::WriteCall {
         attempt,
         token,
         value,
     });
-    let key = ctx.registers[0].key().to_owned();
     let reply: redis::RedisResult<(i64, i64)> = PERMITS
-        .key(&key)
-        .key(format!("{key}:tokens"))
+        .key(to.key)
+        .key(format!("{}:tokens", to.key))
         .arg(token.to_string())
         .arg(value.to_string())
-        .arg(ctx.args.permits)
-        .arg(if ctx.args.no_fencing { "0" } else { "1" })
-        .invoke_async(&mut ctx.conn)
+        .arg(permits)
+        .arg(if to.fenced { "1" } else { "0" })
+        .invoke_async(to.conn)
         .await;
     let kind = match reply {
         Ok((1, stale)) => Kind::WriteAccepted {
@@ -86,5 +99,5 @@ pub async fn permit_write(ctx: &mut Ctx, attempt: u64, token: u64, value: u64) {
             error: e.to_string(),
         },
     };
-    ctx.rec.record(kind);
+    to.rec.record(kind);
 }

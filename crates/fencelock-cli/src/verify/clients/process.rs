@@ -26,6 +26,7 @@ use fencelock::{
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
+use super::family;
 use crate::verify::args::{multi_name, Primitive, MULTI_LOCKS};
 use crate::verify::events::{now, Kind, Recorder};
 use crate::verify::rng::Rng;
@@ -198,15 +199,15 @@ async fn observe(election: Election, rec: Recorder) {
 }
 
 /// What one client works with.
-pub(super) struct Ctx {
-    pub(super) args: ClientArgs,
-    pub(super) rec: Recorder,
+struct Ctx {
+    args: ClientArgs,
+    rec: Recorder,
     contender: Contender,
     /// The registers, by part (one but with a multi-lock: a reader reads the writers').
-    pub(super) registers: Vec<FencedRegister>,
+    registers: Vec<FencedRegister>,
     /// A multi-lock's names, by part.
     names: Vec<String>,
-    pub(super) conn: MultiplexedConnection,
+    conn: MultiplexedConnection,
     rng: Rng,
 }
 
@@ -378,10 +379,16 @@ async fn critical_section(ctx: &mut Ctx, attempt: u64, held: &[Part]) {
     let hold = ctx.rng.below(ctx.args.hold_max.as_millis() as u64);
     tokio::time::sleep(Duration::from_millis(hold)).await;
     for (p, value) in held.iter().zip(values) {
+        let to = family::Target {
+            rec: ctx.rec.part(p.part),
+            conn: &mut ctx.conn,
+            key: ctx.registers[0].key(),
+            fenced: !ctx.args.no_fencing,
+        };
         match (ctx.args.primitive, p.part) {
-            (Primitive::Rwlock, 1) => super::family::checked_read(ctx, attempt, p.token).await,
+            (Primitive::Rwlock, 1) => family::checked_read(to, attempt, p.token).await,
             (Primitive::Semaphore, _) => {
-                super::family::permit_write(ctx, attempt, p.token, value + 1).await
+                family::permit_write(to, ctx.args.permits, attempt, p.token, value + 1).await
             }
             _ => write(ctx, attempt, p.part, p.token, value + 1).await,
         }
