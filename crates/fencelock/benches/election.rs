@@ -53,15 +53,18 @@ fn main() {
     let json_path = arg("--json").unwrap_or_else(|| root("target/bench-election.json"));
     let mut rows = Vec::new();
     let redis = RedisServer::start().expect("redis-server");
-    rows.push(runtime.block_on(service("Redis", &redis.url(), failovers, handovers)));
+    let raw = Raw::Redis(redis.url());
+    rows.push(runtime.block_on(service("Redis", &redis.url(), raw, failovers, handovers)));
     drop(redis);
     let mut peers = Vec::new();
     let zookeeper = ZooKeeperServer::start().expect("ZooKeeper");
-    rows.push(runtime.block_on(service("ZooKeeper", &zookeeper.url(), failovers, handovers)));
+    let (raw, url) = (Raw::ZooKeeper(zookeeper.connect_string()), zookeeper.url());
+    rows.push(runtime.block_on(service("ZooKeeper", &url, raw, failovers, handovers)));
     peers.push(curator_peer(&zookeeper, failovers));
     drop(zookeeper);
     let etcd = EtcdServer::start().expect("etcd");
-    rows.push(runtime.block_on(service("etcd", &etcd.url(), failovers, handovers)));
+    let (raw, url) = (Raw::Etcd(etcd.endpoints()), etcd.url());
+    rows.push(runtime.block_on(service("etcd", &url, raw, failovers, handovers)));
     peers.push(etcdctl_peer(&etcd, failovers));
     drop(etcd);
     let report = json!({
@@ -318,6 +321,59 @@ async fn round_trip(client: &Client) -> Duration {
     samples[samples.len() / 2]
 }
 
+/// A service's own client, for the write round trip.
+enum Raw {
+    /// A Redis URL.
+    Redis(String),
+    /// A ZooKeeper connect string.
+    ZooKeeper(String),
+    /// etcd endpoints (`host:port`).
+    Etcd(String),
+}
+
+/// The median round trip of a write with the service's own client (`SET`, `setData`, `put`):
+/// a resign is a write, and the next leader can lead only once the write is committed.
+async fn write_round_trip(raw: Raw) -> Duration {
+    let mut samples = Vec::new();
+    match raw {
+        Raw::Redis(url) => {
+            let client = redis::Client::open(url).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..200 {
+                let sent = Instant::now();
+                let mut set = redis::cmd("SET");
+                set.arg("rtt").arg("v");
+                let _: () = set.query_async(&mut c).await.unwrap();
+                samples.push(sent.elapsed());
+            }
+        }
+        Raw::ZooKeeper(connect) => {
+            let c = zookeeper_client::Client::connect(&connect).await.unwrap();
+            let mode = zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all());
+            let _ = c.create("/rtt", b"v", &mode).await;
+            for _ in 0..200 {
+                let sent = Instant::now();
+                c.set_data("/rtt", b"v", None).await.unwrap();
+                samples.push(sent.elapsed());
+            }
+        }
+        Raw::Etcd(endpoints) => {
+            let endpoint = format!("http://{endpoints}");
+            let mut c = etcd_client::Client::connect([endpoint], None)
+                .await
+                .unwrap();
+            for _ in 0..200 {
+                let sent = Instant::now();
+                c.put("rtt", "v", None).await.unwrap();
+                samples.push(sent.elapsed());
+            }
+        }
+    }
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
 /// Campaigns on `election` in a task of its own; returns when it leads.
 fn standby(election: Election) -> tokio::task::JoinHandle<(Leadership, Instant)> {
     tokio::spawn(async move {
@@ -377,10 +433,17 @@ async fn handovers(
 }
 
 /// One service's rows.
-async fn service(name: &str, url: &str, failover_rounds: usize, handover_rounds: usize) -> Value {
+async fn service(
+    name: &str,
+    url: &str,
+    raw: Raw,
+    failover_rounds: usize,
+    handover_rounds: usize,
+) -> Value {
     let client = Client::connect_with(url, options()).await.unwrap();
     let other = Client::connect_with(url, options()).await.unwrap();
     let rtt = round_trip(&client).await;
+    let write_ms = write_round_trip(raw).await.as_secs_f64() * 1e3;
     let (mut next, mut observed) = handovers(&client, &other, handover_rounds).await;
     let mut failover = failovers(url, &client, failover_rounds).await;
     let rtt_ms = rtt.as_secs_f64() * 1e3;
@@ -388,13 +451,14 @@ async fn service(name: &str, url: &str, failover_rounds: usize, handover_rounds:
     let failover = stats(&mut failover);
     let next = stats(&mut next);
     let observed = stats(&mut observed);
-    let failover_bound = lease_ms + 2.0 * rtt_ms + 50.0;
-    let next_bound = 2.0 * rtt_ms + 1.0;
+    let failover_bound = lease_ms + 2.0 * write_ms + 50.0;
+    let next_bound = 2.0 * write_ms + 1.0;
     client.close().await.unwrap();
     other.close().await.unwrap();
     json!({
         "service": name,
         "round_trip_ms": rtt_ms,
+        "write_round_trip_ms": write_ms,
         "failover": failover,
         "failover_bound_ms": failover_bound,
         "failover_within": failover["p99_ms"].as_f64().unwrap() <= failover_bound,
@@ -467,9 +531,12 @@ fn markdown(report: &Value) -> String {
          timeout, lease TTL) asked is ",
     );
     out += &format!(
-        "{} ms. Round trip: the median of `Election::leader` on a name nobody leads.\n\n\
-         | service | round trip (ms) | failover after SIGKILL p99 (median) ms | bound: lease + 2 RTT + 50 ms | resign → next leads, median (p99) ms | bound: 2 RTT + 1 ms | resign → observer, median (p99) ms |\n\
-         |---|---|---|---|---|---|---|\n",
+        "{} ms. Read RTT: the median of `Election::leader` on a name nobody leads; write RTT \
+         (the RTT of the bounds): the median of a write with the service's own client (`SET`, \
+         `setData`, `put`), since a resign is a write and the next leader leads only once it \
+         is committed.\n\n\
+         | service | read RTT (ms) | write RTT (ms) | failover after SIGKILL p99 (median) ms | bound: lease + 2 RTT + 50 ms | resign → next leads, median (p99) ms | bound: 2 RTT + 1 ms | resign → observer, median (p99) ms |\n\
+         |---|---|---|---|---|---|---|---|\n",
         report["lease_ms"]
     );
     for s in report["services"].as_array().unwrap() {
@@ -482,9 +549,10 @@ fn markdown(report: &Value) -> String {
             }
         };
         out += &format!(
-            "| {} | {:.2} | {:.0} ({:.0}) | {:.0}: {} | {:.2} ({:.2}) | {:.2}: {} | {:.2} ({:.2}) |\n",
+            "| {} | {:.2} | {:.2} | {:.0} ({:.0}) | {:.0}: {} | {:.2} ({:.2}) | {:.2}: {} | {:.2} ({:.2}) |\n",
             s["service"].as_str().unwrap_or("?"),
             f(&s["round_trip_ms"]),
+            f(&s["write_round_trip_ms"]),
             f(&s["failover"]["p99_ms"]),
             f(&s["failover"]["median_ms"]),
             f(&s["failover_bound_ms"]),
