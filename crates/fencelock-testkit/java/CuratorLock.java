@@ -1,10 +1,13 @@
 // A Curator InterProcessMutex driven over stdin/stdout, so that fencelock's tests can check
 // that its ZooKeeper backend and Curator exclude each other on one lock path.
 //
-// Usage: CuratorLock <connect string> <lock path> <hold-ms> [<session-ms>]
+// Usage: CuratorLock <connect string> <lock path> <hold-ms> [<session-ms> [<kind>]]
 //   hold-ms > 0: release after holding that long (or earlier, when told);
 //   hold-ms = 0: hold until a line "release" arrives on stdin or stdin closes.
 //   session-ms: the session timeout asked of the server (default 2000).
+//   kind: what is taken on the path: "mutex" (InterProcessMutex, the default), "read" or
+//   "write" (InterProcessReadWriteLock's sides), "semaphore:N" (one lease of an
+//   InterProcessSemaphoreV2 of N).
 //
 // Lines on stdout (flushed one by one):
 //   CONNECTED <session id, hex>       the session is established
@@ -26,6 +29,9 @@ import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
 public final class CuratorLock {
@@ -38,6 +44,74 @@ public final class CuratorLock {
         String node() {
             return getLockPath();
         }
+    }
+
+    /** What the program takes: acquire, the node that shows it, release. */
+    interface Taken {
+        void acquire() throws Exception;
+
+        String node();
+
+        void release() throws Exception;
+    }
+
+    static Taken taken(CuratorFramework client, String path, String kind) {
+        if (kind.equals("read") || kind.equals("write")) {
+            InterProcessReadWriteLock rw = new InterProcessReadWriteLock(client, path);
+            InterProcessReadWriteLock.ReadLock read = rw.readLock();
+            InterProcessReadWriteLock.WriteLock write = rw.writeLock();
+            boolean reads = kind.equals("read");
+            return new Taken() {
+                public void acquire() throws Exception {
+                    if (reads) { read.acquire(); } else { write.acquire(); }
+                }
+
+                // Curator 5.4 keeps the side's own node protected: its side's nodes, then.
+                public String node() {
+                    try {
+                        return String.join(",", reads ? read.getParticipantNodes() : write.getParticipantNodes());
+                    } catch (Exception e) {
+                        return "?";
+                    }
+                }
+
+                public void release() throws Exception {
+                    if (reads) { read.release(); } else { write.release(); }
+                }
+            };
+        }
+        if (kind.startsWith("semaphore:")) {
+            int n = Integer.parseInt(kind.substring("semaphore:".length()));
+            InterProcessSemaphoreV2 semaphore = new InterProcessSemaphoreV2(client, path, n);
+            Lease[] lease = new Lease[1];
+            return new Taken() {
+                public void acquire() throws Exception {
+                    lease[0] = semaphore.acquire();
+                }
+
+                public String node() {
+                    return path + "/leases/" + lease[0].getNodeName();
+                }
+
+                public void release() throws Exception {
+                    semaphore.returnLease(lease[0]);
+                }
+            };
+        }
+        Mutex mutex = new Mutex(client, path);
+        return new Taken() {
+            public void acquire() throws Exception {
+                mutex.acquire();
+            }
+
+            public String node() {
+                return mutex.node();
+            }
+
+            public void release() throws Exception {
+                mutex.release();
+            }
+        };
     }
 
     private static final Object OUT = new Object();
@@ -60,14 +134,15 @@ public final class CuratorLock {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length < 3 || args.length > 4) {
-            System.err.println("usage: CuratorLock <connect string> <lock path> <hold-ms> [<session-ms>]");
+        if (args.length < 3 || args.length > 5) {
+            System.err.println("usage: CuratorLock <connect string> <lock path> <hold-ms> [<session-ms> [<kind>]]");
             System.exit(2);
         }
         String connect = args[0];
         String path = args[1];
         long holdMs = Long.parseLong(args[2]);
         int sessionMs = args.length > 3 ? Integer.parseInt(args[3]) : 2000;
+        String kind = args.length > 4 ? args[4] : "mutex";
 
         CuratorFramework client = CuratorFrameworkFactory.builder()
                 .connectString(connect)
@@ -114,7 +189,7 @@ public final class CuratorLock {
             }
             say("CONNECTED " + session(client));
             input.start();
-            Mutex mutex = new Mutex(client, path);
+            Taken mutex = taken(client, path, kind);
             mutex.acquire();
             synchronized (OUT) {
                 if (finished) {

@@ -178,9 +178,19 @@ pub struct CuratorLockBuilder {
     path: String,
     hold: Option<Duration>,
     session_timeout: Duration,
+    kind: String,
 }
 
 impl CuratorLockBuilder {
+    /// What the process takes on the path: `"mutex"` (`InterProcessMutex`, the default),
+    /// `"read"` or `"write"` (a side of `InterProcessReadWriteLock`), `"semaphore:N"` (one
+    /// lease of an `InterProcessSemaphoreV2` of N; its `ACQUIRED` line names the lease node).
+    /// A side's `ACQUIRED` line lists its side's nodes (Curator 5.4 keeps its own protected).
+    pub fn kind(mut self, kind: &str) -> Self {
+        self.kind = kind.to_owned();
+        self
+    }
+
     /// Release by itself after holding the mutex this long (default: hold until
     /// [`CuratorLock::release`], or until the handle drops).
     pub fn hold(mut self, hold: Duration) -> Self {
@@ -214,6 +224,7 @@ impl CuratorLockBuilder {
             .arg(&self.path)
             .arg(hold_ms.to_string())
             .arg(self.session_timeout.as_millis().to_string())
+            .arg(&self.kind)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -270,6 +281,7 @@ impl CuratorLock {
             path: path.to_owned(),
             hold: None,
             session_timeout: Duration::from_secs(2),
+            kind: "mutex".to_owned(),
         }
     }
 

@@ -565,5 +565,16 @@ fn markdown(report: &Value) -> String {
             f(&s["resign_to_observed"]["p99_ms"]),
         );
     }
+    out +=
+        "\n**Reading the failover column.** A killed leader sends nothing: the next participant \
+             leads once the server ends the leader's lease or session, and no client can make that \
+             sooner without acting on a lease it does not hold. Redis expires the key when its \
+             lease (at most 2 s after the leader's last renewal) runs out, and the waiter wakes at \
+             that expiry; ZooKeeper expires the session on its tick (200 ms in the test kit) once \
+             the timeout passed; etcd revokes an expired lease in its lessor's loop, which runs \
+             every 500 ms (etcd `server/lease/lessor.go`, `runLoop`), so a failover on etcd takes \
+             up to TTL + 500 ms + a revocation's commit, whatever the client: fencelock's etcd \
+             row is bound by that loop, not by its own requests (its waiter is woken by the \
+             deletion's watch event).\n";
     out + &peers_markdown(report)
 }

@@ -107,6 +107,11 @@ struct Caps {
     rw_lock: bool,
     /// Semaphores (`Client::semaphore`) are offered; otherwise `Error::Unsupported`.
     semaphore: bool,
+    /// Once a writer downgrades (takes the read side, then gives back the write side), other
+    /// readers share the lock at once; otherwise they wait until the downgraded reader lets
+    /// go (etcd: its read side keeps the write key, since no key can be put at an earlier
+    /// revision, so writers that queued meanwhile stay behind it).
+    downgrade_shares: bool,
     /// Leader elections (`Client::election`) are offered; otherwise every election call fails
     /// with `Error::Unsupported` (RedLock: no server queue to agree on the next leader).
     election: bool,
@@ -133,6 +138,7 @@ const REDIS: Caps = Caps {
     election: true,
     rw_lock: false,
     semaphore: false,
+    downgrade_shares: true,
 };
 
 /// An entry of a lock on the servers: a holder or a waiter's place (Redis: an owner in the
@@ -593,8 +599,9 @@ mod zk {
         waits_through_a_pause: true,
         sessions: true,
         election: true,
-        rw_lock: false,
-        semaphore: false,
+        rw_lock: true,
+        semaphore: true,
+        downgrade_shares: true,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -790,8 +797,9 @@ mod etcd {
         waits_through_a_pause: true,
         sessions: true,
         election: true,
-        rw_lock: false,
-        semaphore: false,
+        rw_lock: true,
+        semaphore: true,
+        downgrade_shares: false,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -942,6 +950,26 @@ async fn until_entries(d: &dyn Deployment, name: &str, n: usize) {
         &format!("{n} entries of {name} on the servers"),
         async {
             while d.entries(name).await.len() != n {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
+    .await
+}
+
+/// Waits until lock `name` has more entries on the servers than `before` (a new participant
+/// queued, whatever the layout makes of it: a ZooKeeper semaphore's waiter adds a lease node
+/// and a node in its `locks` folder); returns how many it has then.
+async fn until_more_entries(d: &dyn Deployment, name: &str, before: usize) -> usize {
+    within(
+        10.0,
+        &format!("more than {before} entries of {name} on the servers"),
+        async {
+            loop {
+                let now = d.entries(name).await.len();
+                if now > before {
+                    return now;
+                }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         },

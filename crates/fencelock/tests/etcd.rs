@@ -691,3 +691,296 @@ async fn a_forced_unlock_deposes_the_leader() {
     })
     .await;
 }
+
+// ---- Read-write locks (issue 24): etcd's `recipes.RWMutex` layout, `<name>/read/<unique>`
+// and `<name>/write/<unique>` keys under the client's lease, in create-revision order.
+
+/// Readers share, a writer waits for the readers ahead and readers after it wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_readers_share_and_writers_wait_in_arrival_order() {
+    let etcd = server();
+    within(60.0, "rw order", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::readers_share_and_writers_wait_in_arrival_order(&a, &b, "rw-order").await;
+        until_keys(&etcd.endpoints(), "rw-order", 0).await;
+    })
+    .await;
+}
+
+/// Re-entry on both sides, a downgrade that keeps later writers out, a refused upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_reentry_downgrade_and_refused_upgrade() {
+    let etcd = server();
+    within(60.0, "rw downgrade", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::reentry_downgrade_and_refused_upgrade(&a, &b, "rw-down", false).await;
+        until_keys(&etcd.endpoints(), "rw-down", 0).await;
+    })
+    .await;
+}
+
+/// One name is one primitive: read-write lock against mutex and election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_a_name_is_one_primitive() {
+    let etcd = server();
+    within(60.0, "rw mismatch", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::a_name_is_one_primitive(&a, &b, "rw-kind").await;
+        until_keys(&etcd.endpoints(), "rw-kind", 0).await;
+    })
+    .await;
+}
+
+/// The environment variable that makes [`rw_reader_process`] read-lock on this server URL.
+const READER_URL: &str = "FENCELOCK_TEST_ETCD_READER_URL";
+
+/// Not a test of its own: the reader process of [`rw_a_killed_readers_holding_ends_alone`],
+/// which starts this test binary again to run it and kills it (SIGKILL) while it reads.
+/// Without [`READER_URL`] it does nothing; with it, it holds the read side of "rw-killed"
+/// under a 2 s lease and ends by itself after 60 s at the latest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_reader_process() {
+    let Ok(url) = std::env::var(READER_URL) else {
+        return;
+    };
+    let client = client_at(&url, 2_000).await;
+    let held = tokio::time::timeout(Duration::from_secs(60), async {
+        let _reading = client.rw_lock("rw-killed").read().acquire().await.unwrap();
+        std::future::pending::<()>().await
+    });
+    let _ = held.await;
+}
+
+/// A child process, killed (SIGKILL, by its PID) and reaped when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A reader process killed with SIGKILL: its holding ends with its lease, alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_a_killed_readers_holding_ends_alone() {
+    let etcd = server();
+    let mut child = Killed(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "rw_reader_process", "--nocapture"])
+            .env(READER_URL, etcd.url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    within(60.0, "a killed reader", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        // SIGKILL (std's `kill`); its lease expires on the server after its TTL.
+        let kill = async {
+            child.0.kill().unwrap();
+            child.0.wait().unwrap();
+        };
+        common::family::a_dead_readers_holding_ends_alone(&a, &b, "rw-killed", kill).await;
+    })
+    .await;
+}
+
+/// The layout is etcd's `recipes.RWMutex`'s: a writer's key put as `RWMutex.Lock` puts it
+/// (`<pfx>/write/<nanos>` under a lease of its own) keeps fencelock's readers and writers
+/// out until it is deleted; fencelock's keys are where `RWMutex.RLock` looks for writers
+/// ahead (the last `<pfx>/write` key below its revision) and where `Lock` looks for
+/// anyone ahead (the last `<pfx>/` key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_keys_are_where_etcds_rwmutex_looks() {
+    let etcd = server();
+    within(60.0, "rwmutex layout", async {
+        let c = client_at(&etcd.url(), 10_000).await;
+        let mut raw = common::etcd_raw(&etcd.endpoints()).await;
+        let lease = raw.lease_grant(30, None).await.unwrap().id();
+        let theirs = "/fencelock/rw-etcd/write/1700000000000000000";
+        let put = etcd_client::PutOptions::new().with_lease(lease);
+        raw.put(theirs, "", Some(put)).await.unwrap();
+        assert!(common::family::busy(&c, "rw-etcd", false).await);
+        assert!(common::family::busy(&c, "rw-etcd", true).await);
+        let reading = tokio::spawn({
+            let rw = c.rw_lock("rw-etcd");
+            async move { rw.read().acquire().await }
+        });
+        common::family::until_queue(&c, "rw-etcd", 1, 1).await;
+        raw.delete(theirs, None).await.unwrap();
+        let reading = within(10.0, "a reader after etcd's writer", reading)
+            .await
+            .unwrap()
+            .unwrap();
+        // RWMutex.Lock's look for anyone ahead of a key at the current revision.
+        let reader = raw.clone();
+        let last = |pfx: &str, rev: i64| {
+            let pfx = pfx.to_owned();
+            let mut raw = reader.clone();
+            async move {
+                let options = etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_max_mod_revision(rev - 1)
+                    .with_sort(
+                        etcd_client::SortTarget::Mod,
+                        etcd_client::SortOrder::Descend,
+                    )
+                    .with_limit(1);
+                let got = raw.get(pfx, Some(options)).await.unwrap();
+                got.kvs().first().map(|kv| kv.key_str().unwrap().to_owned())
+            }
+        };
+        let now = raw
+            .get("x", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision()
+            + 1;
+        let ahead = last("/fencelock/rw-etcd/", now).await.expect("a key ahead");
+        assert!(ahead.starts_with("/fencelock/rw-etcd/read/"), "{ahead}");
+        assert_eq!(last("/fencelock/rw-etcd/write", now).await, None);
+        reading.release().await.unwrap();
+        let writing = c.rw_lock("rw-etcd").write().acquire().await.unwrap();
+        let ahead = last("/fencelock/rw-etcd/write", now + 10)
+            .await
+            .expect("a writer");
+        assert!(ahead.starts_with("/fencelock/rw-etcd/write/"), "{ahead}");
+        writing.release().await.unwrap();
+        until_keys(&etcd.endpoints(), "rw-etcd", 0).await;
+    })
+    .await;
+}
+
+// ---- Semaphores (issue 24): `<name>/permit/<lease hex>-<unique>` keys under the client's
+// lease in create-revision order (the first N hold), N in the key `<name>`.
+
+/// N permits at most, served in arrival order, each released alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_permits_never_exceed_n_and_go_in_arrival_order() {
+    let etcd = server();
+    within(60.0, "semaphore order", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::permits_never_exceed_n_and_go_in_arrival_order(&a, &b, "sem-order").await;
+        until_keys(&etcd.endpoints(), "sem-order", 0).await;
+    })
+    .await;
+}
+
+/// Another N refused unless resized; lowering N revokes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_another_n_is_refused_unless_resized() {
+    let etcd = server();
+    within(60.0, "semaphore n", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::another_n_is_refused_unless_resized(&a, &b, "sem-n").await;
+    })
+    .await;
+}
+
+/// A semaphore's name is no other primitive's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_is_one_primitive() {
+    let etcd = server();
+    within(60.0, "semaphore kind", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::a_semaphore_is_one_primitive(&a, &b, "sem-kind").await;
+    })
+    .await;
+}
+
+/// The environment variable that makes [`semaphore_holder_process`] hold a permit.
+const PERMIT_URL: &str = "FENCELOCK_TEST_ETCD_PERMIT_URL";
+
+/// Not a test of its own: the holder process of
+/// [`semaphore_a_killed_holders_permit_comes_back`]; without [`PERMIT_URL`] it does nothing;
+/// with it, it holds a permit of "sem-killed" (of 1) under a 2 s lease for 60 s at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_holder_process() {
+    let Ok(url) = std::env::var(PERMIT_URL) else {
+        return;
+    };
+    let client = client_at(&url, 2_000).await;
+    let held = tokio::time::timeout(Duration::from_secs(60), async {
+        let _permit = client.semaphore("sem-killed", 1).acquire().await.unwrap();
+        std::future::pending::<()>().await
+    });
+    let _ = held.await;
+}
+
+/// A holder process killed with SIGKILL: its permit comes back when its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_a_killed_holders_permit_comes_back() {
+    let etcd = server();
+    let mut child = Killed(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "semaphore_holder_process", "--nocapture"])
+            .env(PERMIT_URL, etcd.url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    within(60.0, "a killed holder", async {
+        let live = client_at(&etcd.url(), 10_000).await;
+        let kill = async {
+            child.0.kill().unwrap();
+            child.0.wait().unwrap();
+        };
+        common::family::a_dead_holders_permit_comes_back(&live, "sem-killed", kill).await;
+    })
+    .await;
+}
+
+/// A paused server: readers' and permits' holdings are told lost, each on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn family_a_paused_server_loses_readers_and_permits() {
+    let etcd = server();
+    within(90.0, "paused", async {
+        let c = client_at(&etcd.url(), 2_000).await;
+        common::family::a_paused_server_loses_readers_and_permits(
+            &c,
+            || etcd.pause(),
+            || etcd.resume(),
+        )
+        .await;
+    })
+    .await;
+}
+
+/// Any permit given back lets a waiter hold, not only the oldest one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_any_release_lets_a_waiter_hold() {
+    let etcd = server();
+    within(60.0, "any release", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        common::family::any_release_lets_a_waiter_hold(&a, &b, "sem-any").await;
+    })
+    .await;
+}

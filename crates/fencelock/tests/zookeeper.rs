@@ -1304,7 +1304,7 @@ async fn a_lost_session_hands_leadership_on() {
 
 /// One name cannot be a mutex and an election at once on ZooKeeper (two queues in one folder
 /// that would ignore each other): the attempt that finds the other kind ahead fails with
-/// `WrongType` naming both, and leaves no node.
+/// `PrimitiveMismatch` naming both, and leaves no node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_mutex_and_an_election_of_one_name_refuse_each_other() {
     let zk = server();
@@ -1321,11 +1321,11 @@ async fn a_mutex_and_an_election_of_one_name_refuse_each_other() {
                 true => b.election("both").campaign("x").await.map(|_| ()),
             };
             match tried {
-                Err(Error::WrongType { key, detail, .. }) => {
-                    assert!(key.contains("-lock-"), "{key}");
+                Err(Error::PrimitiveMismatch { asked, found, .. }) => {
+                    assert_eq!(asked, "election");
                     assert!(
-                        detail.contains("mutex") && detail.contains("election"),
-                        "{detail}"
+                        found.contains("mutex") && found.contains("-lock-"),
+                        "{found}"
                     );
                 }
                 other => panic!("a campaign behind a mutex: {other:?}"),
@@ -1336,7 +1336,13 @@ async fn a_mutex_and_an_election_of_one_name_refuse_each_other() {
 
         let leading = a.election("both").campaign("x").await.unwrap();
         match b.lock("both").acquire_timeout(Duration::from_secs(5)).await {
-            Err(Error::WrongType { key, .. }) => assert!(key.contains("-latch-"), "{key}"),
+            Err(Error::PrimitiveMismatch { asked, found, .. }) => {
+                assert_eq!(asked, "mutex");
+                assert!(
+                    found.contains("election") && found.contains("-latch-"),
+                    "{found}"
+                );
+            }
             other => panic!("a mutex behind a leader: {other:?}"),
         }
         peek.until_count("both", 1, 5.0).await;
@@ -1470,6 +1476,356 @@ async fn a_forced_unlock_deposes_the_leader() {
             client_at(&zk.url(), 10_000).await,
         );
         common::a_forced_unlock_deposes_the_leader(&a, &b, "deposed").await;
+    })
+    .await;
+}
+
+// ---- Read-write locks (issue 24): Curator's `InterProcessReadWriteLock` layout,
+// `_c_<uuid>-__READ__<seq>` and `_c_<uuid>-__WRIT__<seq>` in one folder, one queue.
+
+/// Readers share, a writer waits for the readers ahead and readers after it wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_readers_share_and_writers_wait_in_arrival_order() {
+    let zk = server();
+    within(90.0, "rw order", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::family::readers_share_and_writers_wait_in_arrival_order(&a, &b, "rw-order").await;
+        let children = zk_children(&zk.connect_string(), "rw-order").await;
+        assert!(children.is_empty(), "{children:?}");
+    })
+    .await;
+}
+
+/// Re-entry on both sides, a downgrade that keeps later writers out, a refused upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_reentry_downgrade_and_refused_upgrade() {
+    let zk = server();
+    within(90.0, "rw downgrade", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::family::reentry_downgrade_and_refused_upgrade(&a, &b, "rw-down", true).await;
+    })
+    .await;
+}
+
+/// One name is one primitive: read-write lock against mutex and election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_a_name_is_one_primitive() {
+    let zk = server();
+    within(90.0, "rw mismatch", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::family::a_name_is_one_primitive(&a, &b, "rw-kind").await;
+    })
+    .await;
+}
+
+/// The environment variable that makes [`rw_reader_process`] read-lock on this server URL.
+const READER_URL: &str = "FENCELOCK_TEST_ZK_READER_URL";
+
+/// Not a test of its own: the reader process of [`rw_a_killed_readers_holding_ends_alone`],
+/// which starts this test binary again to run it and kills it (SIGKILL) while it reads.
+/// Without [`READER_URL`] it does nothing; with it, it holds the read side of "rw-killed"
+/// in a 2 s session and ends by itself after 60 s at the latest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_reader_process() {
+    let Ok(url) = std::env::var(READER_URL) else {
+        return;
+    };
+    let client = client_at(&url, 2_000).await;
+    let held = tokio::time::timeout(Duration::from_secs(60), async {
+        let _reading = client.rw_lock("rw-killed").read().acquire().await.unwrap();
+        std::future::pending::<()>().await
+    });
+    let _ = held.await;
+}
+
+/// A reader process killed with SIGKILL: its holding ends with its session, alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_a_killed_readers_holding_ends_alone() {
+    let zk = server();
+    let mut child = Killed(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "rw_reader_process", "--nocapture"])
+            .env(READER_URL, zk.url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    within(90.0, "a killed reader", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        // SIGKILL (std's `kill`); its session expires on the server after 2 s.
+        let kill = async {
+            child.0.kill().unwrap();
+            child.0.wait().unwrap();
+        };
+        common::family::a_dead_readers_holding_ends_alone(&a, &b, "rw-killed", kill).await;
+    })
+    .await;
+}
+
+/// A child process, killed (SIGKILL, by its PID) and reaped when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Curator's `InterProcessReadWriteLock` and fencelock's exclude each other both ways: a
+/// Java writer keeps fencelock's readers and writers out; a fencelock writer keeps a Java
+/// reader out; Java and fencelock readers share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rw_curator_interop() {
+    let zk = server();
+    within(120.0, "curator rw", async {
+        let c = client_at(&zk.url(), 10_000).await;
+        let spawn = |kind: &str| {
+            CuratorLock::builder(&zk.connect_string(), "/fencelock/rw-java")
+                .kind(kind)
+                .session_timeout(Duration::from_secs(10))
+                .spawn()
+                .unwrap()
+        };
+        let acquired = |java: CuratorLock, secs: u64| {
+            tokio::task::spawn_blocking(move || {
+                let node = java.wait_acquired(Duration::from_secs(secs));
+                (java, node)
+            })
+        };
+        let release = |mut java: CuratorLock| tokio::task::spawn_blocking(move || java.release());
+        // A Java writer: fencelock's readers and writers wait.
+        let (writer, node) = acquired(spawn("write"), 30).await.unwrap();
+        assert!(node.unwrap().contains("-__WRIT__"));
+        assert!(common::family::busy(&c, "rw-java", false).await);
+        assert!(common::family::busy(&c, "rw-java", true).await);
+        let reading = tokio::spawn({
+            let rw = c.rw_lock("rw-java");
+            async move { rw.read().acquire().await }
+        });
+        common::family::until_queue(&c, "rw-java", 1, 1).await;
+        release(writer).await.unwrap().unwrap();
+        let reading = within(10.0, "fencelock reads after Java", reading)
+            .await
+            .unwrap()
+            .unwrap();
+        // Java and fencelock readers share.
+        let (reader, node) = acquired(spawn("read"), 30).await.unwrap();
+        assert!(node.unwrap().contains("-__READ__"));
+        common::family::until_queue(&c, "rw-java", 2, 0).await;
+        // A Java writer waits for both readers.
+        let writer = spawn("write");
+        common::family::until_queue(&c, "rw-java", 2, 1).await;
+        assert!(writer.acquired().is_none());
+        release(reader).await.unwrap().unwrap();
+        common::family::until_queue(&c, "rw-java", 1, 1).await;
+        assert!(
+            writer.acquired().is_none(),
+            "Java wrote beside a fencelock reader"
+        );
+        reading.release().await.unwrap();
+        let (writer, node) = acquired(writer, 15).await.unwrap();
+        node.expect("Java writes after the readers");
+        release(writer).await.unwrap().unwrap();
+        // A fencelock writer: a Java reader waits.
+        let writing = c.rw_lock("rw-java").write().acquire().await.unwrap();
+        let reader = spawn("read");
+        common::family::until_queue(&c, "rw-java", 1, 1).await;
+        assert!(
+            reader.acquired().is_none(),
+            "Java read beside a fencelock writer"
+        );
+        writing.release().await.unwrap();
+        let (reader, node) = acquired(reader, 15).await.unwrap();
+        node.expect("Java reads after fencelock's writer");
+        release(reader).await.unwrap().unwrap();
+    })
+    .await;
+}
+
+// ---- Semaphores (issue 24): Curator's `InterProcessSemaphoreV2` layout, `locks/` (its
+// mutex) and `leases/` (`_c_<uuid>-lease-<seq>`), N as the folder's data.
+
+/// N permits at most, served in arrival order, each released alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_permits_never_exceed_n_and_go_in_arrival_order() {
+    let zk = server();
+    within(90.0, "semaphore order", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::family::permits_never_exceed_n_and_go_in_arrival_order(&a, &b, "sem-order").await;
+    })
+    .await;
+}
+
+/// Another N refused unless resized; lowering N revokes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_another_n_is_refused_unless_resized() {
+    let zk = server();
+    within(90.0, "semaphore n", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::family::another_n_is_refused_unless_resized(&a, &b, "sem-n").await;
+    })
+    .await;
+}
+
+/// A semaphore's name is no other primitive's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_is_one_primitive() {
+    let zk = server();
+    within(90.0, "semaphore kind", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::family::a_semaphore_is_one_primitive(&a, &b, "sem-kind").await;
+    })
+    .await;
+}
+
+/// The environment variable that makes [`semaphore_holder_process`] hold a permit.
+const PERMIT_URL: &str = "FENCELOCK_TEST_ZK_PERMIT_URL";
+
+/// Not a test of its own: the holder process of
+/// [`semaphore_a_killed_holders_permit_comes_back`]; without [`PERMIT_URL`] it does nothing;
+/// with it, it holds a permit of "sem-killed" (of 1) in a 2 s session for 60 s at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_holder_process() {
+    let Ok(url) = std::env::var(PERMIT_URL) else {
+        return;
+    };
+    let client = client_at(&url, 2_000).await;
+    let held = tokio::time::timeout(Duration::from_secs(60), async {
+        let _permit = client.semaphore("sem-killed", 1).acquire().await.unwrap();
+        std::future::pending::<()>().await
+    });
+    let _ = held.await;
+}
+
+/// A holder process killed with SIGKILL: its permit comes back when its session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_a_killed_holders_permit_comes_back() {
+    let zk = server();
+    let mut child = Killed(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "semaphore_holder_process", "--nocapture"])
+            .env(PERMIT_URL, zk.url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    within(90.0, "a killed holder", async {
+        let live = client_at(&zk.url(), 10_000).await;
+        let kill = async {
+            child.0.kill().unwrap();
+            child.0.wait().unwrap();
+        };
+        common::family::a_dead_holders_permit_comes_back(&live, "sem-killed", kill).await;
+    })
+    .await;
+}
+
+/// Curator's `InterProcessSemaphoreV2` of 2 and fencelock permits of the same semaphore
+/// never hold more than 2 together, and hand permits to each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_curator_interop() {
+    let zk = server();
+    within(120.0, "curator semaphore", async {
+        let c = client_at(&zk.url(), 10_000).await;
+        let spawn = || {
+            CuratorLock::builder(&zk.connect_string(), "/fencelock/sem-java")
+                .kind("semaphore:2")
+                .session_timeout(Duration::from_secs(10))
+                .spawn()
+                .unwrap()
+        };
+        let acquired = |java: CuratorLock, secs: u64| {
+            tokio::task::spawn_blocking(move || {
+                let node = java.wait_acquired(Duration::from_secs(secs));
+                (java, node)
+            })
+        };
+        let release = |mut java: CuratorLock| tokio::task::spawn_blocking(move || java.release());
+        // One Java lease and one fencelock permit: the semaphore is full for both.
+        let (java, node) = acquired(spawn(), 30).await.unwrap();
+        assert!(node.unwrap().contains("/leases/_c_"));
+        let mine = c.semaphore("sem-java", 2).acquire().await.unwrap();
+        assert!(common::family::no_permit(&c, "sem-java", 2).await);
+        let java2 = spawn();
+        java2
+            .wait_line("CONNECTED", Duration::from_secs(30))
+            .unwrap();
+        common::family::until_queue(&c, "sem-java", 2, 1).await;
+        assert!(java2.acquired().is_none(), "a third lease of two");
+        // fencelock's release hands its permit to the Java waiter.
+        mine.release().await.unwrap();
+        let (java2, node) = acquired(java2, 15).await.unwrap();
+        node.expect("Java takes the permit fencelock gave back");
+        // Two Java leases: a fencelock permit waits for one of them.
+        let waiting = tokio::spawn({
+            let semaphore = c.semaphore("sem-java", 2);
+            async move { semaphore.acquire().await }
+        });
+        common::family::until_queue(&c, "sem-java", 2, 1).await;
+        assert!(!waiting.is_finished(), "a third permit of two");
+        release(java).await.unwrap().unwrap();
+        within(15.0, "fencelock takes the permit Java gave back", waiting)
+            .await
+            .unwrap()
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        release(java2).await.unwrap().unwrap();
+    })
+    .await;
+}
+
+/// A paused server: readers' and permits' holdings are told lost, each on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn family_a_paused_server_loses_readers_and_permits() {
+    let zk = server();
+    within(90.0, "paused", async {
+        let c = client_at(&zk.url(), 2_000).await;
+        common::family::a_paused_server_loses_readers_and_permits(
+            &c,
+            || zk.pause(),
+            || zk.resume(),
+        )
+        .await;
+    })
+    .await;
+}
+
+/// Any permit given back lets a waiter hold, not only the oldest one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_any_release_lets_a_waiter_hold() {
+    let zk = server();
+    within(60.0, "any release", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        common::family::any_release_lets_a_waiter_hold(&a, &b, "sem-any").await;
     })
     .await;
 }

@@ -1,14 +1,16 @@
 //! Re-entry, counted in the client, for the services whose lock entry belongs to a session
 //! (ZooKeeper's node, etcd's key under the client's lease): per (lock, owner), the node or
 //! key this client holds (its path), its token, and one id per hold (each guard's), so that
-//! a stale guard never gives back a newer holding.
+//! a stale guard never gives back a newer holding. A read-write lock's owner may hold both
+//! sides at once (a downgrade), each its own node or key: the read side is a holding of its
+//! own, keyed apart ([`Side`]).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::{Held, LockRequest, Released};
+use super::{Held, Kind, LockRequest, Released};
 use crate::background::Background;
 use crate::error::Error;
 use crate::lease::{LeaseState, LostReason};
@@ -22,6 +24,26 @@ struct Holding {
     closing: bool,
 }
 
+/// Which of an owner's holdings of one name: a read-write lock's read side, or the one
+/// holding of every other kind (a mutex, an election, a write side, a permit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Side {
+    /// The read side of a read-write lock.
+    Read,
+    /// Every other kind's holding.
+    One,
+}
+
+impl Side {
+    /// The side an acquire of `kind` takes.
+    pub(crate) fn of(kind: Kind<'_>) -> Self {
+        match kind {
+            Kind::Read => Side::Read,
+            _ => Side::One,
+        }
+    }
+}
+
 /// What giving back one hold does.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -29,6 +51,9 @@ pub(crate) enum Step {
     NotHeld,
     /// Holds are left.
     StillHeld(u64),
+    /// It was the last hold of a holding whose entry the owner's other side keeps: that
+    /// holding ended, its entry stays.
+    Shared,
     /// It was the last hold: delete this node, then settle the holding
     /// ([`Holdings::settle`]).
     Last(Closing),
@@ -38,6 +63,7 @@ pub(crate) enum Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Closing {
     pub(crate) name: String,
+    pub(crate) side: Side,
     pub(crate) owner: Arc<str>,
     pub(crate) path: String,
     pub(crate) token: u64,
@@ -46,10 +72,16 @@ pub(crate) struct Closing {
 /// Every holding of the client's session.
 #[derive(Default)]
 pub(crate) struct Holdings {
-    map: Mutex<HashMap<(String, Arc<str>), Holding>>,
+    map: Mutex<HashMap<Key, Holding>>,
 }
 
-type Map = HashMap<(String, Arc<str>), Holding>;
+/// A holding's key: lock, owner, side.
+type Key = (String, Arc<str>, Side);
+type Map = HashMap<Key, Holding>;
+
+fn key(name: &str, owner: &Arc<str>, side: Side) -> Key {
+    (name.to_owned(), owner.clone(), side)
+}
 
 impl Holdings {
     fn map(&self) -> std::sync::MutexGuard<'_, Map> {
@@ -60,12 +92,11 @@ impl Holdings {
     /// the new hold's lease from the holding's token. Returns it and the hold count.
     pub(crate) fn reenter(
         &self,
-        name: &str,
-        owner: &Arc<str>,
+        (name, owner, side): (&str, &Arc<str>, Side),
         make: impl FnOnce(u64) -> (u64, Arc<LeaseState>),
     ) -> Option<(Arc<LeaseState>, u64)> {
         let mut map = self.map();
-        let holding = map.get_mut(&(name.to_owned(), owner.clone()))?;
+        let holding = map.get_mut(&key(name, owner, side))?;
         if holding.closing {
             return None;
         }
@@ -78,7 +109,9 @@ impl Holdings {
     /// holding (`Ok(Some)`, with a hold made by `lease` from the holding's token). Otherwise
     /// the session must be usable (`usable`), and when it was not heard from within its
     /// timeout an owner that holds the lock is refused (`unheard`): its holding may be gone,
-    /// and a second node or key of this owner would queue behind it. (A holding whose
+    /// and a second node or key of this owner would queue behind it. A read-write lock's
+    /// owner that holds only the read side and asks for the write side is refused
+    /// (`Error::UpgradeRefused`): its writer would wait for its own reader. (A holding whose
     /// release failed, in a live session, is no reason to refuse: its node or key is deleted
     /// again in the background, and a new one waits for that.) `Ok(None)`: a new attempt.
     pub(crate) fn start(
@@ -90,14 +123,21 @@ impl Holdings {
         unheard: impl FnOnce() -> Error,
     ) -> Result<Option<Held>, Error> {
         let (name, owner) = (&request.lock.name, request.owner);
+        let side = Side::of(request.kind);
         if live {
             let made = |token| {
                 let lease = lease(token);
                 (lease.hold.id, lease)
             };
-            if let Some((lease, count)) = self.reenter(name, owner, made) {
+            if let Some((lease, count)) = self.reenter((name, owner, side), made) {
                 return Ok(Some(Held { lease, count }));
             }
+        }
+        if request.kind == Kind::Write && self.map().contains_key(&key(name, owner, Side::Read)) {
+            return Err(Error::UpgradeRefused {
+                lock: name.clone(),
+                owner: owner.to_string(),
+            });
         }
         usable?;
         if !live && self.holds(name, owner) {
@@ -110,8 +150,7 @@ impl Holdings {
     /// being deleted) is replaced: the new node being the lowest shows the old one is gone.
     pub(crate) fn insert(
         &self,
-        name: &str,
-        owner: &Arc<str>,
+        (name, owner, side): (&str, &Arc<str>, Side),
         path: String,
         lease: &Arc<LeaseState>,
     ) {
@@ -121,13 +160,33 @@ impl Holdings {
             holds: vec![(lease.hold.id, Arc::downgrade(lease))],
             closing: false,
         };
-        self.map().insert((name.to_owned(), owner.clone()), holding);
+        self.map().insert(key(name, owner, side), holding);
     }
 
-    /// Gives back hold `id` (`None`: the newest) of the owner's holding.
+    /// The node or key and the token of the owner's live (not closing) holding of `side`,
+    /// if any: a downgrade puts its read entry at its write entry's place (ZooKeeper), or
+    /// keeps the write entry as its own (etcd, see [`Holdings::give_back`]).
+    pub(crate) fn path(&self, name: &str, owner: &Arc<str>, side: Side) -> Option<(String, u64)> {
+        let map = self.map();
+        let holding = map.get(&key(name, owner, side))?;
+        (!holding.closing).then(|| (holding.path.clone(), holding.token))
+    }
+
+    /// Gives back hold `id` (`None`: the newest of the owner's first holding, the write side
+    /// before the read side) of the owner's holdings of `name`. The last hold of a holding
+    /// whose entry the owner's other side holds too (an etcd downgrade's read side keeps the
+    /// write key) ends that holding only: the entry stays for the other side, which deletes
+    /// it with its own last hold.
     pub(crate) fn give_back(&self, name: &str, owner: &Arc<str>, id: Option<u64>) -> Step {
         let mut map = self.map();
-        let Some(holding) = map.get_mut(&(name.to_owned(), owner.clone())) else {
+        let has = |h: &Holding| id.is_none_or(|id| h.holds.iter().any(|(i, _)| *i == id));
+        let side = [Side::One, Side::Read]
+            .into_iter()
+            .find(|side| map.get(&key(name, owner, *side)).is_some_and(has));
+        let Some(side) = side else {
+            return Step::NotHeld;
+        };
+        let Some(holding) = map.get_mut(&key(name, owner, side)) else {
             return Step::NotHeld;
         };
         if holding.closing {
@@ -146,9 +205,25 @@ impl Holdings {
             holding.holds.remove(at);
             return Step::StillHeld(holding.holds.len() as u64);
         }
+        let (path, token) = (holding.path.clone(), holding.token);
+        let other = match side {
+            Side::One => Side::Read,
+            Side::Read => Side::One,
+        };
+        let shared = map
+            .get(&key(name, owner, other))
+            .is_some_and(|h| h.path == path && h.token == token && !h.closing);
+        if shared {
+            map.remove(&key(name, owner, side));
+            return Step::Shared;
+        }
+        let Some(holding) = map.get_mut(&key(name, owner, side)) else {
+            return Step::NotHeld;
+        };
         holding.closing = true;
         Step::Last(Closing {
             name: name.to_owned(),
+            side,
             owner: owner.clone(),
             path: holding.path.clone(),
             token: holding.token,
@@ -159,7 +234,7 @@ impl Holdings {
     /// holding has the same key, with another token). Returns whether it was still there.
     pub(crate) fn end(&self, closing: &Closing) -> bool {
         let mut map = self.map();
-        let key = (closing.name.clone(), closing.owner.clone());
+        let key = key(&closing.name, &closing.owner, closing.side);
         let same = |h: &Holding| h.closing && h.path == closing.path && h.token == closing.token;
         let ended = map.get(&key).is_some_and(same);
         if ended {
@@ -191,16 +266,20 @@ impl Holdings {
     /// its holds are lost. Matched by its token too, never by the path alone: on etcd a newer
     /// holding of the owner has the same key. Returns whether a holding was removed.
     pub(crate) fn vanished(&self, name: &str, owner: &Arc<str>, path: &str, token: u64) -> bool {
-        let key = (name.to_owned(), owner.clone());
-        let holding = {
+        let holdings: Vec<Holding> = {
             let mut map = self.map();
-            match map.get(&key) {
-                Some(h) if h.path == path && h.token == token && !h.closing => map.remove(&key),
-                _ => None,
-            }
+            let same = |h: &Holding| h.path == path && h.token == token && !h.closing;
+            [Side::One, Side::Read]
+                .into_iter()
+                .map(|side| key(name, owner, side))
+                .filter(|k| map.get(k).is_some_and(same))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .filter_map(|k| map.remove(&k))
+                .collect()
         };
-        let removed = holding.is_some();
-        for (_, lease) in holding.into_iter().flat_map(|h| h.holds) {
+        let removed = !holdings.is_empty();
+        for (_, lease) in holdings.into_iter().flat_map(|h| h.holds) {
             if let Some(lease) = lease.upgrade() {
                 lease.fire_lost(LostReason::Deleted);
             }
@@ -214,7 +293,7 @@ impl Holdings {
         let map = self.map();
         map.iter()
             .filter(|(_, h)| !h.closing)
-            .map(|((n, o), h)| (n.clone(), o.clone(), h.path.clone(), h.token))
+            .map(|((n, o, _), h)| (n.clone(), o.clone(), h.path.clone(), h.token))
             .collect()
     }
 
@@ -222,21 +301,26 @@ impl Holdings {
     #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
     pub(crate) fn live(&self, name: &str, owner: &Arc<str>, path: &str) -> bool {
         let map = self.map();
-        map.get(&(name.to_owned(), owner.clone()))
-            .is_some_and(|h| h.path == path && !h.closing)
+        [Side::One, Side::Read].into_iter().any(|side| {
+            map.get(&key(name, owner, side))
+                .is_some_and(|h| h.path == path && !h.closing)
+        })
     }
 
     /// The owner's hold count on the node `path`, if this client holds it.
     pub(crate) fn count(&self, name: &str, path: &str) -> Option<u64> {
         let map = self.map();
         map.iter()
-            .find(|((n, _), h)| n == name && h.path == path)
+            .find(|((n, _, _), h)| n == name && h.path == path)
             .map(|(_, h)| h.holds.len() as u64)
     }
 
     /// Whether this client holds the lock as `owner`.
     pub(crate) fn holds(&self, name: &str, owner: &Arc<str>) -> bool {
-        self.map().contains_key(&(name.to_owned(), owner.clone()))
+        let map = self.map();
+        [Side::One, Side::Read]
+            .into_iter()
+            .any(|side| map.contains_key(&key(name, owner, side)))
     }
 }
 
@@ -262,6 +346,7 @@ where
     let closing = match holdings.give_back(name, owner, id) {
         Step::NotHeld => return Ok(Released::NotHeld),
         Step::StillHeld(count) => return Ok(Released::StillHeld { count }),
+        Step::Shared => return Ok(Released::Released),
         Step::Last(closing) => closing,
     };
     let later = {
@@ -350,17 +435,18 @@ mod tests {
     async fn a_closing_holding_is_neither_reentered_nor_given_back_twice() {
         let (holdings, owner) = (Holdings::default(), Arc::<str>::from("o"));
         let first = lease(1, 100);
-        holdings.insert("l", &owner, "key".into(), &first);
+        holdings.insert(("l", &owner, Side::One), "key".into(), &first);
         let Step::Last(closing) = holdings.give_back("l", &owner, Some(1)) else {
             panic!("the only hold is the last");
         };
         let failed: Result<bool, ()> = Err(());
         assert_eq!(holdings.settle(&closing, failed), Err(()));
-        assert!(holdings.reenter("l", &owner, |_| unreachable!()).is_none());
+        let side = ("l", &owner, Side::One);
+        assert!(holdings.reenter(side, |_| unreachable!()).is_none());
         assert_eq!(holdings.give_back("l", &owner, Some(1)), Step::NotHeld);
         assert_eq!(holdings.give_back("l", &owner, None), Step::NotHeld);
         let second = lease(2, 200);
-        holdings.insert("l", &owner, "key".into(), &second);
+        holdings.insert(("l", &owner, Side::One), "key".into(), &second);
         assert!(
             !holdings.end(&closing),
             "the old delete ends only its own holding"
@@ -370,6 +456,7 @@ mod tests {
             holdings.give_back("l", &owner, Some(2)),
             Step::Last(Closing {
                 name: "l".into(),
+                side: Side::One,
                 owner: owner.clone(),
                 path: "key".into(),
                 token: 200,

@@ -12,6 +12,15 @@
 //! session's holdings, only while that entry is there; losing it there fires the hold's lost
 //! signal. The services add reading the head, the guarded rewrite and a follower task.
 //!
+//! Read-write locks and semaphores run here too: each reader's, writer's and permit's
+//! holding is an entry of its own in the session, named by its hold as a mutex's is. The
+//! holdings are kept per (lock, owner, side) (`super::holdings::Side`): an owner may hold a
+//! read-write lock's write and read sides at once (a downgrade), and asking for the write
+//! side while holding only the read side is refused at once (`Error::UpgradeRefused`).
+//! Status lists every holder (the queue's first entry, then every reader with no other
+//! owner's writer ahead, every permit among the first N) and the waiters in order; a forced
+//! unlock deletes every holder's entry.
+//!
 //! A service implements [`SessionLocks`] on its session with only what differs: a
 //! [`Service`] constant (its name, its name rule, its refusals' words), how a failure counts
 //! ([`Failure`]), how it attempts (its `super::queue` driver), how it reads the queue
@@ -23,7 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::current::{Current, Ends, Opening};
-use super::holdings::{self, Closing};
+use super::holdings::{self, Closing, Side};
+use super::queue::rule::{self, Queued};
 use super::session_holds::SessionHolds;
 use super::{
     Acquired, Connected, Ctx, Feed, Held, Kind, Leader, LockRequest, LockService, RawStatus,
@@ -56,6 +66,10 @@ pub(crate) struct Service {
     pub(crate) held_elsewhere: &'static str,
     /// ... and why only that session's client can give it back.
     pub(crate) only_its_client: &'static str,
+    /// Whether it offers the read-write lock (`Kind::Read`, `Kind::Write`) ...
+    pub(crate) rw_lock: bool,
+    /// ... and the semaphore (`Kind::Permit`).
+    pub(crate) semaphore: bool,
 }
 
 /// An entry of a lock's queue, as status, release by owner and forced unlocks read it.
@@ -70,6 +84,15 @@ pub(crate) struct Listed {
     pub(crate) token: i64,
     /// How long it has been queued, where the service tells (else zero).
     pub(crate) age: Duration,
+    /// A read-write lock's reader (it shares with the readers around it); every other
+    /// entry is exclusive.
+    pub(crate) reader: bool,
+}
+
+impl Queued for Listed {
+    fn exclusive(&self) -> bool {
+        !self.reader
+    }
 }
 
 /// A session service's session (ZooKeeper's session, etcd's lease) and what lives in it: what
@@ -138,9 +161,11 @@ pub(crate) trait SessionLocks: Ends + 'static {
         token: u64,
     ) -> Arc<LeaseState> {
         let lease = self.holds().grant(ctx, request, token);
-        self.holds()
-            .holdings
-            .insert(&request.lock.name, request.owner, path, &lease);
+        self.holds().holdings.insert(
+            (&request.lock.name, request.owner, Side::of(request.kind)),
+            path,
+            &lease,
+        );
         lease
     }
 
@@ -247,12 +272,18 @@ impl<S: SessionLocks> LockService for SessionService<S> {
         (S::SERVICE.check_name)(name)
     }
 
-    /// Both kinds: the mutex and the election, in the layouts of the service's own recipes.
-    /// Mutexes and elections; the other primitives are refused, before any I/O.
+    /// The mutex and the election, and the read-write lock and the semaphore where the
+    /// service offers them ([`Service`]), in the layouts of the service's own recipes; the
+    /// others are refused, before any I/O.
     fn check_kind(&self, kind: Kind<'_>) -> Result<(), Error> {
-        match kind {
-            Kind::Mutex | Kind::Leader { .. } => Ok(()),
-            kind => Err(super::refused(S::SERVICE.name, kind)),
+        let offered = match kind {
+            Kind::Mutex | Kind::Leader { .. } => true,
+            Kind::Read | Kind::Write => S::SERVICE.rw_lock,
+            Kind::Permit { .. } => S::SERVICE.semaphore,
+        };
+        match offered {
+            true => Ok(()),
+            false => Err(super::refused(S::SERVICE.name, kind)),
         }
     }
 
@@ -402,11 +433,13 @@ async fn release_owner<S: SessionLocks>(
     }
 }
 
-/// The holder (owner id, hold count if this client holds it, token, remaining lease where the
-/// service tells) and the waiters.
+/// The holders (owner id, hold count if this client holds it, token of the first, remaining
+/// lease where the service tells) and the waiters. The holders are the queue's first entry
+/// and, on a read-write lock, every reader with no other owner's writer ahead of it.
 async fn status<S: SessionLocks>(session: &S, name: &str) -> Result<RawStatus, Error> {
-    let mut queue = session.queue(name).await?.into_iter();
-    let Some(head) = queue.next() else {
+    let queue = session.queue(name).await?;
+    let held = rule::holding(&queue, same_owner);
+    let Some(head) = queue.first() else {
         return Ok(RawStatus {
             remaining: None,
             held: false,
@@ -416,15 +449,19 @@ async fn status<S: SessionLocks>(session: &S, name: &str) -> Result<RawStatus, E
             waiters: Vec::new(),
         });
     };
-    let count = session
-        .holds()
-        .holdings
-        .count(name, &head.path)
-        .unwrap_or(1);
-    let token = u64::try_from(head.token).ok();
-    let waiters = queue
+    let holdings = &session.holds().holdings;
+    let owners = queue[..held]
+        .iter()
+        .map(|e| (S::shown(e), holdings.count(name, &e.path).unwrap_or(1)))
+        .collect();
+    let token = queue[..held]
+        .iter()
+        .filter_map(|e| u64::try_from(e.token).ok())
+        .max();
+    let waiters = queue[held..]
+        .iter()
         .map(|w| Waiter {
-            owner: S::shown(&w),
+            owner: S::shown(w),
             age: w.age,
             window: Duration::ZERO,
             remaining: Duration::ZERO,
@@ -433,29 +470,37 @@ async fn status<S: SessionLocks>(session: &S, name: &str) -> Result<RawStatus, E
         })
         .collect();
     Ok(RawStatus {
-        remaining: session.remaining(&head).await,
+        remaining: session.remaining(head).await,
         held: true,
         last_token: token,
         current_token: token,
-        owners: vec![(S::shown(&head), count)],
+        owners,
         waiters,
     })
 }
 
-/// Deletes the holder's node or key (that holding only); the next waiter's watch fires and
-/// it takes the lock.
+/// Whether two entries are one owner's (a downgrade's write and read entries).
+fn same_owner(a: &Listed, b: &Listed) -> bool {
+    a.session == b.session && a.owner == b.owner
+}
+
+/// Deletes every holder's node or key (those holdings only: a read-write lock's readers
+/// all); the next waiters' watches fire and they take the lock.
 async fn force_unlock<S: SessionLocks>(
     session: &S,
     name: &str,
 ) -> Result<Vec<(String, u64)>, Error> {
-    let Some(head) = session.queue(name).await?.into_iter().next() else {
-        return Ok(Vec::new());
-    };
-    match session.delete_head(&head).await {
-        Ok(true) => Ok(vec![(S::shown(&head), 1)]),
-        Ok(false) => Ok(Vec::new()),
-        Err(e) => Err(session.fail(Some(name), e)),
+    let queue = session.queue(name).await?;
+    let held = rule::holding(&queue, same_owner);
+    let mut gone = Vec::new();
+    for head in &queue[..held] {
+        match session.delete_head(head).await {
+            Ok(true) => gone.push((S::shown(head), 1)),
+            Ok(false) => {}
+            Err(e) => return Err(session.fail(Some(name), e)),
+        }
     }
+    Ok(gone)
 }
 
 /// A leader's entry as the election's leader: its value and its term.

@@ -7,6 +7,8 @@ use std::time::Duration;
 use fencelock::{Client, ClientOptions};
 use fencelock_testkit::RedisServer;
 
+pub mod family;
+
 pub fn server() -> RedisServer {
     RedisServer::start().expect("start redis-server")
 }
@@ -150,9 +152,36 @@ pub async fn zk_children_of(zk: &zookeeper_client::Client, name: &str) -> Vec<(S
     let mut children = Vec::new();
     for name in names {
         match zk.check_stat(&format!("{dir}/{name}")).await {
+            // A semaphore's folders (Curator's `InterProcessSemaphoreV2`): their children are
+            // its entries; the empty containers themselves go with the server's reaper.
+            Ok(Some(stat))
+                if stat.ephemeral_owner == 0 && ["leases", "locks"].contains(&&*name) =>
+            {
+                children.extend(sub_children(zk, &format!("{dir}/{name}"), &name).await);
+            }
             Ok(Some(stat)) => children.push((name, stat.ephemeral_owner)),
             Ok(None) => {}
             Err(e) => panic!("stat of {dir}/{name}: {e}"),
+        }
+    }
+    children
+}
+
+/// The nodes in folder `dir` (named `<folder>/<node>`) with their sessions.
+async fn sub_children(
+    zk: &zookeeper_client::Client,
+    dir: &str,
+    folder: &str,
+) -> Vec<(String, i64)> {
+    let names = match zk.list_children(dir).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("list children of {dir}: {e}"),
+    };
+    let mut children = Vec::new();
+    for name in names {
+        if let Ok(Some(stat)) = zk.check_stat(&format!("{dir}/{name}")).await {
+            children.push((format!("{folder}/{name}"), stat.ephemeral_owner));
         }
     }
     children

@@ -2,6 +2,12 @@
 //! transaction that also reads the holder and the key just before it, the queue is read
 //! again with a transaction that also checks the attempt's own key, and a waiter watches the
 //! predecessor's deletion from the current revision (see `recipe`).
+//!
+//! A read-write lock's attempt (`recipes.RWMutex`'s `read/` and `write/` keys) reads every
+//! key ahead of its own instead: a reader holds with no writer ahead, a writer when nothing
+//! is ahead. A key of another primitive ahead of the attempt's own (a mutex's or an
+//! election's key for a read-write lock, a read-write lock's for the others) ends the
+//! attempt with `Error::PrimitiveMismatch` naming both (its key removed).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +16,7 @@ use super::recipe::{self, Entry, Place, Wake};
 use super::session::Fault;
 use super::slots::Slot;
 use super::Inner;
-use crate::backend::queue::rule::Sight;
+use crate::backend::queue::rule::{Permits, Sight};
 use crate::backend::queue::{Driver, Turn};
 use crate::backend::session_service::SessionLocks;
 use crate::backend::{Kind, LockRequest, Wait};
@@ -33,11 +39,61 @@ pub(super) struct Queue<'a> {
     pub(super) inner: &'a Arc<Inner>,
     pub(super) request: &'a LockRequest<'a>,
     pub(super) dir: String,
+    /// Another primitive's key found ahead of the attempt's own: the attempt fails.
+    pub(super) mixed: std::sync::Mutex<Option<String>>,
+    /// A semaphore's rule, told the stored N at each look.
+    pub(super) permits: Option<&'a Permits>,
+    /// How many keys were ahead at the last look (a permit waits for any of them to go).
+    pub(super) seen: std::sync::atomic::AtomicUsize,
 }
 
 impl Queue<'_> {
     fn name(&self) -> &str {
         &self.request.lock.name
+    }
+
+    /// The attempt is a read-write lock's or a semaphore's: a key of its own, and every
+    /// key ahead read at each look.
+    fn own_key(&self) -> bool {
+        matches!(
+            self.request.kind,
+            Kind::Read | Kind::Write | Kind::Permit { .. }
+        )
+    }
+
+    /// The primitive whose keys the attempt queues with (`recipe::primitive_of`'s words).
+    fn expected(&self) -> &'static str {
+        match self.request.kind {
+            Kind::Read | Kind::Write => "read-write lock",
+            Kind::Permit { .. } => "semaphore",
+            Kind::Mutex | Kind::Leader { .. } => "mutex or election",
+        }
+    }
+
+    /// The primitive the attempt asks for, in `Error::PrimitiveMismatch`'s words.
+    fn asked(&self) -> &'static str {
+        match self.request.kind {
+            Kind::Read | Kind::Write => "read-write lock",
+            Kind::Leader { .. } => "election",
+            Kind::Permit { .. } => "semaphore",
+            Kind::Mutex => "mutex",
+        }
+    }
+
+    fn mixed(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.mixed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether another primitive's key is among `ahead` (it is kept for the error).
+    fn foreign(&self, ahead: &[Entry]) -> bool {
+        let expected = self.expected();
+        let other = ahead
+            .iter()
+            .find(|e| recipe::primitive_of(&self.dir, &e.key) != expected);
+        if let Some(other) = other {
+            *self.mixed() = Some(other.key.clone());
+        }
+        other.is_some()
     }
 }
 
@@ -67,7 +123,7 @@ impl Driver for Queue<'_> {
         // A mutex's key stores the owner id; an election's the value it advertises.
         let data = match self.request.kind {
             Kind::Leader { value } => value,
-            // The other kinds are refused before any I/O (`check_kind`).
+            // A permit's key is made by the semaphore, not by this queue.
             Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => &**self.request.owner,
         };
         let session = &self.inner.session;
@@ -77,8 +133,15 @@ impl Driver for Queue<'_> {
         if created.holder.revision == mine {
             return Ok(Some(Vec::new()));
         }
+        if self.own_key() {
+            // Every key ahead is read by `look`.
+            return Ok(None);
+        }
         match created.before {
-            Some(before) => Ok(Some(ahead(created.holder, before))),
+            Some(before) => {
+                let ahead = ahead(created.holder, before);
+                Ok((!self.foreign(&ahead)).then_some(ahead))
+            }
             None => Err(Fault::Malformed("a holder but no key before ours")),
         }
     }
@@ -92,21 +155,42 @@ impl Driver for Queue<'_> {
         let Some(mine) = attempt.revision else {
             return Ok(None);
         };
+        if self.mixed().is_some() {
+            return Ok(None);
+        }
+        if self.own_key() {
+            if let Some(permits) = self.permits {
+                let key = recipe::permits_key(&self.inner.prefix, self.name());
+                if let Some(n) = recipe::stored_permits(session, &key).await? {
+                    permits.set(n);
+                }
+            }
+            let ahead = recipe::ahead(session, &self.dir, &attempt.key, mine).await?;
+            if let Some(ahead) = &ahead {
+                self.seen
+                    .store(ahead.len(), std::sync::atomic::Ordering::Relaxed);
+            }
+            return Ok(ahead.filter(|ahead| !self.foreign(ahead)));
+        }
         // Even when the key before ours was the holder, ours is read again before it counts
         // as the holder: the lease may have been revoked meanwhile, which no deadline of ours
         // bounds (etcd-io/etcd#11456; tested by `a_waiter_whose_lease_ends_does_not_acquire`).
         Ok(
             match recipe::place(session, &self.dir, &attempt.key, mine).await? {
                 Some(Place::Holder) => Some(Vec::new()),
-                Some(Place::Behind { holder, before }) => Some(ahead(holder, before)),
+                Some(Place::Behind { holder, before }) => {
+                    let ahead = ahead(holder, before);
+                    (!self.foreign(&ahead)).then_some(ahead)
+                }
                 None => None,
             },
         )
     }
 
+    /// A permit waits for any key ahead of its own to go; the others for the key `on`.
     async fn behind(
         &self,
-        _attempt: &mut Attempt,
+        attempt: &mut Attempt,
         holder: &Entry,
         on: &Entry,
         wait: Wait,
@@ -119,7 +203,15 @@ impl Driver for Queue<'_> {
         if matches!(wait, Wait::No) {
             return Ok(Turn::GiveUp);
         }
-        match recipe::wait_for(&self.inner.session, on, wait.deadline()).await {
+        let session = &self.inner.session;
+        let woke = match (self.permits, attempt.revision) {
+            (Some(_), Some(mine)) => {
+                let seen = self.seen.load(std::sync::atomic::Ordering::Relaxed);
+                recipe::wait_for_any(session, &self.dir, (mine, seen), wait.deadline()).await
+            }
+            _ => recipe::wait_for(session, on, wait.deadline()).await,
+        };
+        match woke {
             Ok(Wake::Gone | Wake::Again) => Ok(Turn::Again),
             Ok(Wake::Deadline) => Ok(Turn::GiveUp),
             Err(f) if self.transient(&f) => Ok(Turn::Retry),
@@ -159,7 +251,17 @@ impl Driver for Queue<'_> {
         self.inner.fail(Some(self.name()), fault)
     }
 
+    /// Also the end of an attempt that found another primitive's key ahead of its own.
     fn vanished(&self) -> Error {
+        if let Some(other) = self.mixed().take() {
+            let found = recipe::primitive_of(&self.dir, &other);
+            return Error::PrimitiveMismatch {
+                lock: self.name().to_owned(),
+                asked: self.asked(),
+                found: format!("{found} (key {other})"),
+                server: self.inner.session.server.clone(),
+            };
+        }
         Error::Unavailable {
             lock: Some(self.name().to_owned()),
             server: self.inner.session.server.clone(),

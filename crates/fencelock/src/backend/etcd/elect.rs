@@ -33,6 +33,7 @@ impl Inner {
         let dir = recipe::dir(&self.prefix, name);
         let first = recipe::first(&self.session, &dir).await?;
         Ok(first.map(|e| Listed {
+            reader: false,
             path: e.key,
             owner: e.owner,
             session: e.lease,

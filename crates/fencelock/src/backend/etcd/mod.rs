@@ -17,6 +17,29 @@
 //!   `Election::observe`. A campaign is an attempt through the same queue and the same slot
 //!   as a mutex's (one key per name per lease): a mutex holder and a leader of one name
 //!   exclude each other, and so do `etcdctl lock NAME` and `etcdctl elect NAME`.
+//! - read-write locks (here, `rw_attempt`) in the layout of etcd's `recipes.RWMutex`:
+//!   `<prefix>/<name>/read/<unique>` and `.../write/<unique>` under the lease, one key per
+//!   attempt (no slot), in create-revision order; a reader holds when no writer key is ahead
+//!   of its own, a writer when no key is (as `RWMutex.RLock`/`Lock` look: the last write
+//!   key, the last key, below their own revision). Re-entry is counted in the client; an
+//!   owner holding only the read side is refused the write side (`Error::UpgradeRefused`).
+//!   A downgrade (write, then read) holds at once with the write key as its own: the key
+//!   stays until both sides are given back, so no writer queued meanwhile gets in; readers
+//!   queued meanwhile wait for it too (etcd cannot put a key at an older revision: the
+//!   price of the downgrade here, where ZooKeeper's read node takes the write node's place).
+//! - semaphores (here, `permit`): `<prefix>/<name>/permit/<lease hex>-<unique>` under the
+//!   lease, one key per permit, in create-revision order; a permit holds when fewer than N
+//!   keys are ahead of its own, and waits (a watch of the range) for any key ahead to go. N is the value of
+//!   the key `<prefix>/<name>` (beside the range, without a lease: it outlives the permits,
+//!   until a resize rewrites it), put if absent with the first permit; another N is refused
+//!   (`Error::PermitsMismatch`) unless it resizes. Waiters read N again at each look: a
+//!   lowered N revokes nothing, a waiter holds once fewer than the new N keys are ahead.
+//!   Status counts the first N keys as holders (a permit granted under a larger N shows as a
+//!   waiter after a resize).
+//! - one name, one primitive: a key of another primitive ahead of an attempt's own (a
+//!   `read/`, `write/` or `permit/` key for a mutex, a one-segment key for the others) ends
+//!   it with `Error::PrimitiveMismatch` (`driver`). A mutex and an election share
+//!   `concurrency`'s layout and exclude each other: they are not told apart.
 //! - here: the lease (`Inner`) as a `super::session_service::SessionLocks`, which the shared
 //!   `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with
@@ -34,10 +57,12 @@ use self::session::{Fault, Session};
 use self::slots::{Slot, Slots};
 use super::current::{Ends, Opening};
 use super::holdings::Closing;
-use super::queue::{self, rule::First};
+use super::holdings::Side;
+use super::queue;
+use super::queue::rule::{First, Permits, Reader};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, LockRequest, Released};
+use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, Kind, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
 use crate::watchdog::BoxFuture;
@@ -125,6 +150,8 @@ impl SessionLocks for Inner {
         held_elsewhere: "releasing a lock that another etcd client holds",
         only_its_client: "the lock is a key under the holder's lease; only that client \
                           releases it (or Client::force_unlock deletes it)",
+        rw_lock: true,
+        semaphore: true,
     };
 
     fn server(&self) -> String {
@@ -148,10 +175,17 @@ impl SessionLocks for Inner {
         }
     }
 
-    /// The client's slot for the lock first, then the key.
+    /// The client's slot for the lock first, then the key (a read-write lock's attempts
+    /// have keys of their own: no slot).
     async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
         let Ask { ctx, request, wait } = ask;
         let name = &request.lock.name;
+        if matches!(request.kind, Kind::Read | Kind::Write) {
+            return self.rw_attempt(ask).await;
+        }
+        if let Kind::Permit { permits, resize } = request.kind {
+            return self.permit(ask, permits, resize).await;
+        }
         // An owner of this client waits here for another's holding to end; if the lease ends
         // first, that holding's slot is never freed in this lease: stop waiting then.
         let slot = tokio::select! {
@@ -170,6 +204,9 @@ impl SessionLocks for Inner {
             inner: self,
             request,
             dir: recipe::dir(&self.prefix, name),
+            mixed: Default::default(),
+            permits: None,
+            seen: Default::default(),
         };
         match queue::take(&queue, &First, attempt, wait).await? {
             Some(mut held) => {
@@ -220,6 +257,97 @@ impl SessionLocks for Inner {
 }
 
 impl Inner {
+    /// A read-write lock's attempt: a key of its own (`read/` or `write/`), a reader under
+    /// the reader's rule. A downgrade (the owner holds the write side and asks for the read
+    /// side) holds at once, with the write key as its own: that key stays until both sides
+    /// are given back, so no writer queued meanwhile gets in (CURATOR-621's fault); readers
+    /// queued meanwhile wait for it too (etcd cannot put a key at an older revision).
+    async fn rw_attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
+        let Ask { ctx, request, wait } = ask;
+        let name = &request.lock.name;
+        let holdings = &self.session.holds.holdings;
+        if request.kind == Kind::Read {
+            if let Some((key, token)) = holdings.path(name, request.owner, Side::One) {
+                let lease = self.hold(ctx, request, key, token);
+                return Ok(Acquired::Held(Held { lease, count: 1 }));
+            }
+        }
+        let write = request.kind == Kind::Write;
+        let attempt = Attempt {
+            key: recipe::rw_key(&self.prefix, name, write, self.session.lease),
+            revision: None,
+            slot: None,
+        };
+        let queue = Queue {
+            inner: self,
+            request,
+            dir: recipe::dir(&self.prefix, name),
+            mixed: Default::default(),
+            permits: None,
+            seen: Default::default(),
+        };
+        let taken = match write {
+            true => queue::take(&queue, &First, attempt, wait).await?,
+            false => queue::take(&queue, &Reader, attempt, wait).await?,
+        };
+        match taken {
+            Some(mut held) => {
+                let key = std::mem::take(&mut held.key);
+                let revision = held.revision.unwrap_or_default();
+                Ok(Acquired::Held(
+                    self.held(ctx, request, key, revision, None)?,
+                ))
+            }
+            None => wait.not_acquired(name),
+        }
+    }
+
+    /// A semaphore's permit: N stored (or checked: `Error::PermitsMismatch`) in the
+    /// semaphore's key, then a key of its own under `<name>/permit/`, which holds when fewer
+    /// than N keys are ahead of it (N read again at each look: a resize applies to waiters).
+    async fn permit(
+        self: &Arc<Self>,
+        ask: Ask<'_>,
+        permits: u32,
+        resize: bool,
+    ) -> Result<Acquired, Error> {
+        let Ask { ctx, request, wait } = ask;
+        let name = &request.lock.name;
+        let stored_at = recipe::permits_key(&self.prefix, name);
+        let stored = recipe::store_permits(&self.session, &stored_at, permits, resize).await;
+        if let Err(stored) = stored.map_err(|f| self.fail(Some(name), f))? {
+            return Err(Error::PermitsMismatch {
+                lock: name.clone(),
+                stored,
+                asked: permits,
+            });
+        }
+        let attempt = Attempt {
+            key: recipe::permit_key(&self.prefix, name, self.session.lease),
+            revision: None,
+            slot: None,
+        };
+        let rule = Permits::new(permits);
+        let queue = Queue {
+            inner: self,
+            request,
+            dir: recipe::dir(&self.prefix, name),
+            mixed: Default::default(),
+            permits: Some(&rule),
+            seen: Default::default(),
+        };
+        match queue::take(&queue, &rule, attempt, wait).await? {
+            Some(mut held) => {
+                let key = std::mem::take(&mut held.key);
+                let revision = held.revision.unwrap_or_default();
+                Ok(Acquired::Held(
+                    self.held(ctx, request, key, revision, None)?,
+                ))
+            }
+            None => wait.not_acquired(name),
+        }
+    }
+
     /// Refuses to queue behind a holding of the same owner id under another lease: a second
     /// process cannot re-enter (own) another client's key.
     pub(super) fn foreign(&self, owner: &str, holder: &Entry) -> Result<(), Error> {

@@ -35,7 +35,20 @@ impl Inner {
         let dir = recipe::dir(&self.prefix, name);
         let entries = recipe::entries(&self.session, &dir).await;
         let entries = entries.map_err(|e| self.fail(Some(name), e))?;
-        let listed = entries.into_iter().map(|e| Listed {
+        // A semaphore's first N permits hold together (as readers do); the others wait.
+        let permits = entries
+            .iter()
+            .any(|e| recipe::primitive_of(&dir, &e.key) == "semaphore");
+        let n = match permits {
+            true => {
+                let key = recipe::permits_key(&self.prefix, name);
+                let n = recipe::stored_permits(&self.session, &key).await;
+                n.map_err(|e| self.fail(Some(name), e))?.unwrap_or(1) as usize
+            }
+            false => 0,
+        };
+        let listed = entries.into_iter().enumerate().map(|(at, e)| Listed {
+            reader: recipe::is_reader(&dir, &e.key) || (permits && at < n),
             path: e.key,
             owner: e.owner,
             session: e.lease,

@@ -1,4 +1,6 @@
-//! etcd's `concurrency.Mutex` layout, written for fencelock, without its slow path.
+//! etcd's `concurrency.Mutex` layout, written for fencelock, without its slow path; and the
+//! keys of read-write locks (`recipes.RWMutex`'s `read/` and `write/`) and semaphores
+//! (`permit/`, N in `<prefix>/N`) in the same range (see `super`).
 //!
 //! A lock named N is the key range `<prefix>/N/`; an attempt puts the key
 //! `<prefix>/N/<lease id in hex>` under the client's lease, only if it is absent (one
@@ -38,6 +40,98 @@ pub(crate) fn key(prefix: &str, name: &str, lease: i64) -> String {
     format!("{}{lease:x}", dir(prefix, name))
 }
 
+/// The key of an attempt on read-write lock `name`: `<prefix>/<name>/read/<unique>` or
+/// `.../write/<unique>`, as etcd's `recipes.RWMutex` names them (its unique part is the
+/// time in nanoseconds; here the lease in hex and a random number, unique per attempt: a
+/// client's readers each have a key of their own).
+pub(crate) fn rw_key(prefix: &str, name: &str, write: bool, lease: i64) -> String {
+    let side = if write { "write" } else { "read" };
+    let unique: u64 = rand::random();
+    format!("{}{side}/{lease:x}-{unique:016x}", dir(prefix, name))
+}
+
+/// The key of a permit of semaphore `name`: `<prefix>/<name>/permit/<lease hex>-<unique>`,
+/// one per permit (a client's permits each have a key of their own).
+pub(crate) fn permit_key(prefix: &str, name: &str, lease: i64) -> String {
+    let unique: u64 = rand::random();
+    format!("{}permit/{lease:x}-{unique:016x}", dir(prefix, name))
+}
+
+/// The key that stores semaphore `name`'s number of permits: `<prefix>/<name>`, beside
+/// (not in) the range of its permits, without a lease.
+pub(crate) fn permits_key(prefix: &str, name: &str) -> String {
+    format!("{prefix}/{name}")
+}
+
+/// What storing a semaphore's N found: stored (or the same), or another N stored.
+pub(crate) type Stored = Result<(), u32>;
+
+/// Stores `n` as the semaphore's number in `key` if none is stored (or if `resize`);
+/// otherwise compares: `Ok(Err(stored))` when another number is stored.
+pub(crate) async fn store_permits(
+    session: &Session,
+    key: &str,
+    n: u32,
+    resize: bool,
+) -> Result<Stored, Fault> {
+    let value = n.to_string();
+    let txn = Txn::new()
+        .when([Compare::version(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key, value.as_str(), None)])
+        .or_else([TxnOp::get(key, None)]);
+    let reply = session.txn(txn).await?;
+    if reply.succeeded() {
+        return Ok(Ok(()));
+    }
+    let stored = ranges(&reply)?
+        .into_iter()
+        .next()
+        .and_then(|r| r.into_iter().next())
+        .and_then(|e| e.owner.trim().parse::<u32>().ok());
+    match stored {
+        Some(stored) if stored == n => Ok(Ok(())),
+        Some(stored) if !resize => Ok(Err(stored)),
+        _ => {
+            let txn = Txn::new().and_then([TxnOp::put(key, value.as_str(), None)]);
+            session.txn(txn).await?;
+            Ok(Ok(()))
+        }
+    }
+}
+
+/// The semaphore's stored number in `key`, if any.
+pub(crate) async fn stored_permits(session: &Session, key: &str) -> Result<Option<u32>, Fault> {
+    let txn = Txn::new().and_then([TxnOp::get(key, None)]);
+    let reply = session.txn(txn).await?;
+    Ok(ranges(&reply)?
+        .into_iter()
+        .next()
+        .and_then(|r| r.into_iter().next())
+        .and_then(|e| e.owner.trim().parse().ok()))
+}
+
+/// The primitive a key of a name's range belongs to, in `Error::PrimitiveMismatch`'s
+/// words: `read/` and `write/` keys are a read-write lock's, a key of one segment a mutex's
+/// or an election's (their layouts are one: they exclude each other).
+pub(crate) fn primitive_of(dir: &str, key: &str) -> &'static str {
+    let suffix = key.strip_prefix(dir).unwrap_or(key);
+    if suffix.starts_with("read/") || suffix.starts_with("write/") {
+        "read-write lock"
+    } else if suffix.starts_with("permit/") {
+        "semaphore"
+    } else if !suffix.contains('/') {
+        "mutex or election"
+    } else {
+        "another primitive"
+    }
+}
+
+/// Whether a key of range `dir` is a read-write lock's reader (`<dir>read/<unique>`).
+pub(crate) fn is_reader(dir: &str, key: &str) -> bool {
+    key.strip_prefix(dir)
+        .is_some_and(|suffix| suffix.starts_with("read/"))
+}
+
 /// One key of a lock's range, as fencelock uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entry {
@@ -46,6 +140,16 @@ pub(crate) struct Entry {
     pub(crate) owner: String,
     pub(crate) revision: i64,
     pub(crate) lease: i64,
+    /// A read-write lock's reader (set where the range is known, see [`ahead`]).
+    pub(crate) reader: bool,
+}
+
+/// A read-write lock's reader shares; every other key (a writer, a mutex's, an election's)
+/// is exclusive.
+impl crate::backend::queue::rule::Queued for Entry {
+    fn exclusive(&self) -> bool {
+        !self.reader
+    }
 }
 
 impl Entry {
@@ -55,6 +159,7 @@ impl Entry {
             owner: String::from_utf8_lossy(&kv.value).into_owned(),
             revision: kv.create_revision,
             lease: kv.lease,
+            reader: false,
         }
     }
 }
@@ -221,6 +326,33 @@ pub(crate) async fn place(
     }))
 }
 
+/// Reads, in one transaction, every key of the range with a create revision below `mine`
+/// (in queue order), if the attempt's key still has create revision `mine`; `None` if it is
+/// gone. A read-write lock's attempt needs them all: a reader holds with no writer ahead.
+pub(crate) async fn ahead(
+    session: &Session,
+    dir: &str,
+    key: &str,
+    mine: i64,
+) -> Result<Option<Vec<Entry>>, Fault> {
+    let all = GetOptions::new()
+        .with_prefix()
+        .with_max_create_revision(mine - 1)
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, mine)])
+        .and_then([TxnOp::get(dir, Some(all))]);
+    let reply = session.txn(txn).await?;
+    if !reply.succeeded() {
+        return Ok(None);
+    }
+    let mut entries = ranges(&reply)?.into_iter().next().unwrap_or_default();
+    for entry in &mut entries {
+        entry.reader = is_reader(dir, &entry.key);
+    }
+    Ok(Some(entries))
+}
+
 /// A watch of one key's deletion, in place on the server.
 pub(crate) struct Deletion {
     stream: etcd::WatchStream,
@@ -236,22 +368,38 @@ impl Deletion {
         revision: i64,
     ) -> Result<Option<Self>, Fault> {
         let options = etcd::WatchOptions::new().with_filters([etcd::WatchFilterType::NoPut]);
-        let mut stream = session
-            .call(|mut c| {
-                let (key, options) = (key.to_owned(), options.clone());
-                async move { c.watch(key, Some(options)).await }
-            })
-            .await?;
-        let confirmed = tokio::time::timeout(session.response_timeout, stream.message()).await;
-        match confirmed {
-            Ok(Ok(Some(reply))) if reply.created() && !reply.canceled() => {}
-            Ok(Err(e)) => return Err(Fault::Etcd(e)),
-            Err(_) => return Err(Fault::Timeout),
-            Ok(_) => return Err(Fault::Malformed("the watch was not created")),
-        }
+        let stream = confirmed(session, key, options).await?;
         let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]);
         let reply = session.txn(txn).await?;
         Ok(reply.succeeded().then_some(Self { stream }))
+    }
+
+    /// Watches range `dir` for any deletion from the current revision, and waits until the
+    /// server has confirmed the watch; then counts the range's keys below create revision
+    /// `mine`: `None` when fewer than `seen` (one went already: look again). A permit waits
+    /// so: any key ahead that goes may let it hold, not one key in particular.
+    pub(crate) async fn watch_range(
+        session: &Session,
+        dir: &str,
+        mine: i64,
+        seen: usize,
+    ) -> Result<Option<Self>, Fault> {
+        let options = etcd::WatchOptions::new()
+            .with_prefix()
+            .with_filters([etcd::WatchFilterType::NoPut]);
+        let stream = confirmed(session, dir, options).await?;
+        let count = GetOptions::new()
+            .with_prefix()
+            .with_max_create_revision(mine - 1)
+            .with_count_only();
+        let reply = session
+            .call(|mut c| {
+                let (dir, count) = (dir.to_owned(), count.clone());
+                async move { c.get(dir, Some(count)).await }
+            })
+            .await?;
+        let ahead = usize::try_from(reply.count()).unwrap_or(0);
+        Ok((ahead >= seen).then_some(Self { stream }))
     }
 
     /// Waits for the deletion (`true`), or for the watch to end (`false`: the caller reads
@@ -274,6 +422,27 @@ impl Deletion {
     }
 }
 
+/// A watch of `key` with `options`, once the server has confirmed it.
+async fn confirmed(
+    session: &Session,
+    key: &str,
+    options: etcd::WatchOptions,
+) -> Result<etcd::WatchStream, Fault> {
+    let mut stream = session
+        .call(|mut c| {
+            let (key, options) = (key.to_owned(), options.clone());
+            async move { c.watch(key, Some(options)).await }
+        })
+        .await?;
+    let confirmed = tokio::time::timeout(session.response_timeout, stream.message()).await;
+    match confirmed {
+        Ok(Ok(Some(reply))) if reply.created() && !reply.canceled() => Ok(stream),
+        Ok(Err(e)) => Err(Fault::Etcd(e)),
+        Err(_) => Err(Fault::Timeout),
+        Ok(_) => Err(Fault::Malformed("the watch was not created")),
+    }
+}
+
 /// How a wait for the key before one's own ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Wake {
@@ -292,7 +461,29 @@ pub(crate) async fn wait_for(
     before: &Entry,
     deadline: Option<Instant>,
 ) -> Result<Wake, Fault> {
-    let Some(deletion) = Deletion::watch(session, &before.key, before.revision).await? else {
+    let deletion = Deletion::watch(session, &before.key, before.revision).await?;
+    wait_on(session, deletion, deadline).await
+}
+
+/// Waits until a key of range `dir` below create revision `mine` is deleted (of `seen`
+/// keys there when the queue was read), the session ends (an error), or `deadline` passes.
+pub(crate) async fn wait_for_any(
+    session: &Arc<Session>,
+    dir: &str,
+    (mine, seen): (i64, usize),
+    deadline: Option<Instant>,
+) -> Result<Wake, Fault> {
+    let deletion = Deletion::watch_range(session, dir, mine, seen).await?;
+    wait_on(session, deletion, deadline).await
+}
+
+/// Waits on a confirmed watch (`None`: the deletion came already).
+async fn wait_on(
+    session: &Arc<Session>,
+    deletion: Option<Deletion>,
+    deadline: Option<Instant>,
+) -> Result<Wake, Fault> {
+    let Some(deletion) = deletion else {
         return Ok(Wake::Gone);
     };
     let until = async {
@@ -335,6 +526,7 @@ pub(crate) async fn entries_at(session: &Session, dir: &str) -> Result<(Vec<Entr
             owner: String::from_utf8_lossy(kv.value()).into_owned(),
             revision: kv.create_revision(),
             lease: kv.lease(),
+            reader: false,
         })
         .collect();
     Ok((entries, header.revision()))
@@ -353,12 +545,34 @@ pub(crate) async fn first(session: &Session, dir: &str) -> Result<Option<Entry>,
         owner: String::from_utf8_lossy(kv.value()).into_owned(),
         revision: kv.create_revision(),
         lease: kv.lease(),
+        reader: false,
     }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_write_keys_follow_etcds_rwmutex() {
+        let r = rw_key("/fencelock", "rw", false, 0x1f);
+        let d = dir("/fencelock", "rw");
+        assert!(r.starts_with("/fencelock/rw/read/1f-"), "{r}");
+        assert!(is_reader(&d, &r));
+        let w = rw_key("/fencelock", "rw", true, 0x1f);
+        assert!(
+            w.starts_with("/fencelock/rw/write/1f-") && !is_reader(&d, &w),
+            "{w}"
+        );
+        assert_ne!(w, rw_key("/fencelock", "rw", true, 0x1f));
+        assert_eq!(primitive_of(&d, &w), "read-write lock");
+        assert_eq!(primitive_of(&d, "/fencelock/rw/694d"), "mutex or election");
+        let d = dir("/fencelock", "read");
+        assert_eq!(
+            primitive_of(&d, "/fencelock/read/694d"),
+            "mutex or election"
+        );
+    }
 
     #[test]
     fn keys_follow_etcds_mutex() {

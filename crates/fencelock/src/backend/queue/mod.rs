@@ -37,7 +37,7 @@ pub(crate) enum Turn {
 /// entry once made); `Entry` an entry of the queue as it reads it.
 pub(crate) trait Driver: Send + Sync {
     /// An entry of the queue (a node's path, a key with its revision and owner).
-    type Entry: Send + Sync;
+    type Entry: Send + Sync + rule::Queued;
     /// One attempt: what its undo needs, and what a holding is made of.
     type Attempt: Send;
     /// Why a request failed.

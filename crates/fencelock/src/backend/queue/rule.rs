@@ -16,8 +16,14 @@ pub(crate) enum Sight {
     /// The first entry and the one just before the attempt's own.
     Ends,
     /// Every entry ahead, in order.
-    #[allow(dead_code)]
     All,
+}
+
+/// What a rule may ask of an entry ahead: whether it excludes everyone behind it (a writer,
+/// a mutex's or an election's entry) or only writers (a reader).
+pub(crate) trait Queued {
+    /// Whether the entry is exclusive (a writer); a reader's entry is not.
+    fn exclusive(&self) -> bool;
 }
 
 /// What a rule decides for an attempt.
@@ -35,7 +41,7 @@ pub(crate) trait Rule: Send + Sync {
     /// What the rule needs to see of the queue.
     fn sight(&self) -> Sight;
     /// The decision over `ahead`.
-    fn decide<'a, E>(&self, ahead: &'a [E]) -> Decision<'a, E>;
+    fn decide<'a, E: Queued>(&self, ahead: &'a [E]) -> Decision<'a, E>;
 }
 
 /// The mutex: the first entry holds; the others wait, each on the one just before it.
@@ -47,7 +53,7 @@ impl Rule for First {
         Sight::Ends
     }
 
-    fn decide<'a, E>(&self, ahead: &'a [E]) -> Decision<'a, E> {
+    fn decide<'a, E: Queued>(&self, ahead: &'a [E]) -> Decision<'a, E> {
         match (ahead.first(), ahead.last()) {
             (Some(holder), Some(on)) => Decision::Waits { holder, on },
             _ => Decision::Holds,
@@ -55,9 +61,122 @@ impl Rule for First {
     }
 }
 
+/// A read-write lock's reader: holds when no writer is ahead (readers ahead share with it);
+/// otherwise waits on the last writer ahead (Curator watches the first: both are correct,
+/// the last one wakes it once instead of once per writer).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Reader;
+
+impl Rule for Reader {
+    fn sight(&self) -> Sight {
+        Sight::All
+    }
+
+    fn decide<'a, E: Queued>(&self, ahead: &'a [E]) -> Decision<'a, E> {
+        match (ahead.first(), ahead.iter().rev().find(|e| e.exclusive())) {
+            (Some(holder), Some(on)) => Decision::Waits { holder, on },
+            _ => Decision::Holds,
+        }
+    }
+}
+
+/// A semaphore's permit: holds when fewer than N entries are ahead; otherwise it waits, with
+/// `on` the entry N places before its own. Any entry ahead that goes may let it hold, so a
+/// driver waits for any of them (etcd watches the range), not for `on` alone. N is the
+/// semaphore's number as last read ([`Permits::set`]): a resize applies to the waiters.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) struct Permits(std::sync::atomic::AtomicUsize);
+
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+impl Permits {
+    /// A rule of `n` permits.
+    pub(crate) fn new(n: u32) -> Self {
+        Self(std::sync::atomic::AtomicUsize::new(n as usize))
+    }
+
+    /// The semaphore's number, as read with the queue.
+    pub(crate) fn set(&self, n: u32) {
+        self.0
+            .store(n as usize, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Rule for Permits {
+    fn sight(&self) -> Sight {
+        Sight::All
+    }
+
+    fn decide<'a, E: Queued>(&self, ahead: &'a [E]) -> Decision<'a, E> {
+        let n = self.0.load(std::sync::atomic::Ordering::Relaxed).max(1);
+        match (
+            ahead.first(),
+            ahead.len().checked_sub(n).map(|at| &ahead[at]),
+        ) {
+            (Some(holder), Some(on)) => Decision::Waits { holder, on },
+            _ => Decision::Holds,
+        }
+    }
+}
+
+/// Which entries of a queue hold, by the rule of their kinds: the first one, then every
+/// reader with no writer ahead of it other than its own owner's (a downgrade's read entry
+/// sits at its write entry's place, as Curator puts it). `same(a, b)`: one owner's.
+pub(crate) fn holding<E: Queued>(queue: &[E], same: impl Fn(&E, &E) -> bool) -> usize {
+    let mut held = 0;
+    for (at, entry) in queue.iter().enumerate() {
+        let blocked = queue[..at]
+            .iter()
+            .any(|e| (e.exclusive() || entry.exclusive()) && !same(e, entry));
+        if at > 0 && blocked {
+            break;
+        }
+        held += 1;
+    }
+    held
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A test entry: odd numbers are writers.
+    impl Queued for u8 {
+        fn exclusive(&self) -> bool {
+            self % 2 == 1
+        }
+    }
+
+    #[test]
+    fn readers_wait_for_the_last_writer_ahead_only() {
+        assert_eq!(Reader.decide::<u8>(&[]), Decision::Holds);
+        assert_eq!(Reader.decide(&[2, 4]), Decision::Holds);
+        assert_eq!(
+            Reader.decide(&[2, 5, 4, 7, 6]),
+            Decision::Waits { holder: &2, on: &7 }
+        );
+    }
+
+    #[test]
+    fn permits_hold_among_the_first_n() {
+        let three = Permits::new(3);
+        assert_eq!(three.decide(&[1, 2]), Decision::Holds);
+        assert_eq!(
+            three.decide(&[1, 2, 3, 4]),
+            Decision::Waits { holder: &1, on: &2 }
+        );
+        three.set(5);
+        assert_eq!(three.decide(&[1, 2, 3, 4]), Decision::Holds);
+    }
+
+    #[test]
+    fn the_holding_prefix_is_readers_up_to_a_writer() {
+        let never = |_: &u8, _: &u8| false;
+        assert_eq!(holding::<u8>(&[], never), 0);
+        assert_eq!(holding(&[2, 4, 5, 6], never), 2);
+        assert_eq!(holding(&[5, 4], never), 1);
+        assert_eq!(holding(&[5, 4], |_, _| true), 2);
+    }
 
     #[test]
     fn the_first_holds_and_the_others_wait_on_the_one_before() {

@@ -4,10 +4,11 @@
 //! waiter's read with a watch of the node just before its own, which also reads the holder's
 //! node once to refuse queueing behind this owner's holding in another session.
 //!
-//! A mutex's attempt (`-lock-`) and an election's (`-latch-`) run the same loop over their own
-//! kind's nodes. A listing that shows the other kind's node ahead of the attempt's own ends
-//! the attempt with `Error::WrongType` naming both kinds (its node removed): the two queues
-//! would ignore each other, as Curator's recipes do, and both would hold.
+//! A mutex's attempt (`-lock-`), an election's (`-latch-`) and a read-write lock's
+//! (`-__READ__`, `-__WRIT__`) run the same loop over their own primitive's nodes. A listing
+//! that shows another primitive's node (or a semaphore's folders) ahead of the attempt's own
+//! ends the attempt with `Error::PrimitiveMismatch` naming both (its node removed): the two
+//! queues would ignore each other, as Curator's recipes do, and both would hold.
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use zookeeper_client as zk;
 use super::quiet::Taken;
 use super::recipe::{self, Entry, Listing, Mark, Node};
 use super::{Inner, RETRY};
-use crate::backend::queue::rule::Sight;
+use crate::backend::queue::rule::{Queued, Sight};
 use crate::backend::queue::{Driver, Turn};
 use crate::backend::session_service::SessionLocks;
 use crate::backend::{Kind, LockRequest, Wait};
@@ -153,6 +154,13 @@ impl<'a> Queue<'a> {
     }
 }
 
+/// A node's path in the queue: a reader's (`__READ__`) shares, every other node excludes.
+impl Queued for String {
+    fn exclusive(&self) -> bool {
+        !matches!(Mark::of_child(self), Some((Mark::Read, _)))
+    }
+}
+
 impl Driver for Queue<'_> {
     type Entry = String;
     type Attempt = Attempt;
@@ -170,7 +178,10 @@ impl Driver for Queue<'_> {
         sight: Sight,
     ) -> Result<Option<Vec<String>>, zk::Error> {
         let (inner, dir) = (self.inner, &attempt.dir);
-        let taken = inner.quiet.take(dir);
+        // The fast path is the mutex's and the election's: a read-write lock's folder may
+        // keep this client's other node (a downgrade's reader) after a release.
+        let fast = matches!(self.request.kind, Kind::Mutex | Kind::Leader { .. });
+        let taken = fast.then(|| inner.quiet.take(dir)).flatten();
         if taken.is_none() {
             inner.quiet.end(dir);
         }
@@ -285,17 +296,13 @@ impl Driver for Queue<'_> {
     /// Also the end of an attempt that found the other kind's node ahead of its own.
     fn vanished(&self) -> Error {
         if let Some(other) = self.mixed().take() {
-            let mine = self.mark();
-            return Error::WrongType {
+            let child = other.rsplit('/').next().unwrap_or(&other);
+            let found = recipe::primitive_of(child).unwrap_or("another primitive");
+            return Error::PrimitiveMismatch {
                 lock: self.name().to_owned(),
-                key: other,
+                asked: self.mark().primitive(),
+                found: format!("{found} (node {other})"),
                 server: self.inner.session.server.clone(),
-                detail: format!(
-                    "the folder holds {} ahead of this attempt, {}: one name cannot be both \
-                     at once (the two queues would ignore each other)",
-                    mine.other().what(),
-                    mine.what()
-                ),
             };
         }
         Error::Unavailable {

@@ -100,6 +100,7 @@ impl Inner {
 /// A head as the session service reads entries.
 fn listed_head(head: Head) -> Listed {
     Listed {
+        reader: false,
         path: head.path,
         owner: String::from_utf8_lossy(&head.data).into_owned(),
         session: head.stat.ephemeral_owner,

@@ -11,11 +11,27 @@
 //!   and the watch proving nobody touched them since (an acquire then skips the listing).
 //! - `ops`: a holding's node deleted, the lock's children for status, release by owner and
 //!   forced unlocks.
+//! - `semaphore`: semaphores in Curator's `InterProcessSemaphoreV2` layout (`locks/` and
+//!   `leases/`, N as the folder's data), interoperable with it.
 //! - `elect`: elections in Curator's `LeaderLatch` layout (`_c_<guid>-latch-<seq>`, the value
 //!   as data, the lowest leads, the term is its `czxid`): the leader, a leader's new value,
 //!   the follower behind `Election::observe`. A campaign is an attempt of its own kind through
 //!   the same queue (`driver`); a name used as a mutex and as an election at once fails the
-//!   attempt that finds the other kind ahead (`Error::WrongType`).
+//!   attempt that finds the other kind ahead (`Error::PrimitiveMismatch`).
+//! - read-write locks (`recipe`, `driver`, here): Curator's `InterProcessReadWriteLock`
+//!   nodes, `_c_<guid>-__READ__<seq>` and `_c_<guid>-__WRIT__<seq>` in the lock's folder, one
+//!   queue sorted by sequence across both kinds: a reader holds when no writer node is
+//!   before its own (it watches the last one), a writer when its node is first. Each reader
+//!   has its node, its `czxid` token and its place; re-entry is counted in the client per
+//!   side, an upgrade is refused (`Error::UpgradeRefused`). A downgrade (write, then read)
+//!   holds at once with a plain ephemeral read node carrying the write node's sequence (as
+//!   Curator does since CURATOR-621): once the write side is given back, later writers stay
+//!   behind it and later readers join it. The fast path (`quiet`) is the mutex's and the
+//!   election's only.
+//! - one name, one primitive: a node of another primitive in the folder ahead of an
+//!   attempt's own (another mark, or a semaphore's `locks`/`leases`) ends it with
+//!   `Error::PrimitiveMismatch` naming both; a semaphore refuses a folder with another
+//!   primitive's nodes (`semaphore`).
 //! - here: the session (`Inner`) as a `super::session_service::SessionLocks`, which the
 //!   shared `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with etcd).
@@ -35,10 +51,12 @@ use self::recipe::Node;
 use self::session::Session;
 use super::current::{Ends, Opening};
 use super::holdings::Closing;
-use super::queue::{self, rule::First};
+use super::holdings::Side;
+use super::queue;
+use super::queue::rule::{First, Reader};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, LockRequest, Released};
+use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, Kind, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, Warning};
 use crate::watchdog::BoxFuture;
@@ -48,6 +66,7 @@ mod elect;
 mod ops;
 mod quiet;
 mod recipe;
+mod semaphore;
 mod session;
 mod url;
 
@@ -140,6 +159,8 @@ impl SessionLocks for Inner {
         held_elsewhere: "releasing a lock that another ZooKeeper session holds",
         only_its_client: "the lock is an ephemeral node of the holder's session; only that \
                           client releases it (or Client::force_unlock deletes it)",
+        rw_lock: true,
+        semaphore: true,
     };
 
     fn server(&self) -> String {
@@ -166,6 +187,9 @@ impl SessionLocks for Inner {
     async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
         let Ask { ctx, request, wait } = ask;
         let name = &request.lock.name;
+        if let Kind::Permit { permits, resize } = request.kind {
+            return self.permit(ask, permits, resize).await;
+        }
         let attempt = Attempt {
             dir: self.dir(name),
             guid: recipe::guid(),
@@ -176,8 +200,18 @@ impl SessionLocks for Inner {
             watcher: None,
             fast: None,
         };
+        if request.kind == Kind::Read {
+            let holdings = &self.session.holds.holdings;
+            if let Some((write, _)) = holdings.path(name, request.owner, Side::One) {
+                return self.downgrade(ctx, request, attempt, &write).await;
+            }
+        }
         let queue = Queue::new(self, request);
-        let Some(held) = queue::take(&queue, &First, attempt, wait).await? else {
+        let taken = match request.kind {
+            Kind::Read => queue::take(&queue, &Reader, attempt, wait).await?,
+            _ => queue::take(&queue, &First, attempt, wait).await?,
+        };
+        let Some(held) = taken else {
             return wait.not_acquired(name);
         };
         let signal = match (held.fast, held.watcher) {
@@ -243,6 +277,38 @@ impl Inner {
         recipe::list(&self.session, dir, mark).await
     }
 
+    /// A downgrade: the owner holds the write side (node `write`) and takes the read side at
+    /// once, as Curator does, with a plain ephemeral read node at the write node's place
+    /// (`_c_<guid>-__READ__<the write node's digits>`). Its token is its own `czxid`.
+    async fn downgrade(
+        self: &Arc<Self>,
+        ctx: &Ctx,
+        request: &LockRequest<'_>,
+        mut attempt: Attempt,
+        write: &str,
+    ) -> Result<Acquired, Error> {
+        let name = &request.lock.name;
+        let Some(digits) = write.rsplit(recipe::Mark::Write.text()).next() else {
+            return Err(self.fail(Some(name), zk::Error::BadArguments(&"no write node")));
+        };
+        let (dir, guid) = (&attempt.dir, &attempt.guid);
+        // Until it holds, a failure or a dropped future removes the node in the background.
+        let mut left = semaphore::Leftovers::node(self, dir, guid);
+        let data = request.owner.as_bytes();
+        let made = recipe::create_at(&self.session, dir, guid, data, digits).await;
+        let node = made.map_err(|e| self.fail(Some(name), e))?;
+        attempt.node = Some(node.clone());
+        let listed = self.session.call(|zk| zk.list_and_watch_children(dir));
+        let (_, watcher) = listed.await.map_err(|e| self.fail(Some(name), e))?;
+        let signal = Signal::Queue {
+            watcher,
+            alone: false,
+        };
+        let held = self.held(ctx, request, node, signal)?;
+        left.disarm();
+        Ok(Acquired::Held(held))
+    }
+
     /// The attempt's node is the lowest: a new holding, watched for a forced delete.
     fn held(
         self: &Arc<Self>,
@@ -273,7 +339,8 @@ impl Inner {
                 }
             }
             Signal::Queue { watcher, alone } => {
-                if alone {
+                // The fast path is the mutex's and the election's (see `Queue::enter`).
+                if alone && matches!(request.kind, Kind::Mutex | Kind::Leader { .. }) {
                     self.quiet.candidate(&holder.path);
                 }
                 ctx.background.linger(self.clone().watch(holder, watcher));

@@ -96,10 +96,26 @@ impl Inner {
             Err(zk::Error::NoNode) => Vec::new(),
             other => other.map_err(fail)?,
         };
+        if listed.iter().any(|c| c == "leases") {
+            return self.semaphore_listing(name, &dir).await;
+        }
         let paths: Vec<String> = recipe::sorted_all(listed)
             .into_iter()
             .map(|c| format!("{dir}/{c}"))
             .collect();
+        let readers =
+            |path: &str| matches!(recipe::Mark::of_child(path), Some((recipe::Mark::Read, _)));
+        self.read_entries(paths, readers).await.map_err(fail)
+    }
+
+    /// The nodes `paths` with their data, read in one multi-read; a node deleted since it
+    /// was listed is left out. `shares(path)`: the entry shares with those around it (a
+    /// reader, a semaphore's held lease).
+    pub(super) async fn read_entries(
+        &self,
+        paths: Vec<String>,
+        shares: impl Fn(&str) -> bool,
+    ) -> Result<Vec<Listed>, zk::Error> {
         if paths.is_empty() {
             return Ok(Vec::new());
         }
@@ -113,8 +129,7 @@ impl Inner {
                 }
                 reader.commit()
             })
-            .await
-            .map_err(fail)?;
+            .await?;
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -122,8 +137,10 @@ impl Inner {
             let zk::MultiReadResult::Data { data, stat } = result else {
                 return None;
             };
+            let reader = shares(&path);
             Some(Listed {
                 path,
+                reader,
                 owner: String::from_utf8_lossy(&data).into_owned(),
                 session: stat.ephemeral_owner,
                 token: stat.czxid,

@@ -11,6 +11,13 @@
 //! sequence leads. The two marks are two queues that ignore each other (Curator's recipes do
 //! not look at the other's nodes), so an attempt that finds the other kind's node ahead of
 //! its own fails (see `super::driver`).
+//!
+//! A read-write lock named N is the same folder with `InterProcessReadWriteLock`'s nodes:
+//! `_c_<guid>-__READ__<10 digits>` and `_c_<guid>-__WRIT__<10 digits>`, one queue sorted by
+//! sequence across both kinds. A reader holds when no writer is ahead of it, a writer when it
+//! is first. A writer that takes the read side (a downgrade) creates, as Curator does since
+//! CURATOR-621, a plain ephemeral `_c_<guid>-__READ__<its write node's 10 digits>`: the read
+//! node sits at the write node's place, so no writer that queued meanwhile gets ahead of it.
 
 use std::sync::Arc;
 
@@ -40,15 +47,36 @@ pub(crate) enum Mark {
     Lock,
     /// An election's participant (`LeaderLatch`): `-latch-`.
     Latch,
+    /// A read-write lock's reader (`InterProcessReadWriteLock`): `-__READ__`.
+    Read,
+    /// A read-write lock's writer: `-__WRIT__` (Curator's name: as long as `__READ__`).
+    Write,
+    /// A semaphore's lease (`InterProcessSemaphoreV2`, in its `leases` folder): `-lease-`.
+    Lease,
 }
+
+/// Every mark, in the order a child's name is tried against them.
+const MARKS: [Mark; 5] = [
+    Mark::Lock,
+    Mark::Latch,
+    Mark::Read,
+    Mark::Write,
+    Mark::Lease,
+];
+
+/// The children of a semaphore's folder (`InterProcessSemaphoreV2`): its mutex and its
+/// leases. A folder that has them is a semaphore.
+pub(crate) const SEMAPHORE_CHILDREN: [&str; 2] = ["locks", "leases"];
 
 impl Mark {
     /// The mark of an acquire of `kind`.
     pub(crate) fn of(kind: Kind<'_>) -> Self {
         match kind {
             Kind::Leader { .. } => Mark::Latch,
-            // The other kinds are refused before any I/O (`check_kind`).
-            Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => Mark::Lock,
+            Kind::Read => Mark::Read,
+            Kind::Write => Mark::Write,
+            // A permit's queue is the semaphore's mutex (`semaphore`).
+            Kind::Mutex | Kind::Permit { .. } => Mark::Lock,
         }
     }
 
@@ -57,24 +85,38 @@ impl Mark {
         match self {
             Mark::Lock => "lock-",
             Mark::Latch => "latch-",
+            Mark::Read => "__READ__",
+            Mark::Write => "__WRIT__",
+            Mark::Lease => "lease-",
         }
     }
 
-    /// The other kind.
-    pub(crate) fn other(self) -> Self {
+    /// The primitive whose queue the mark's nodes are, in `Error::PrimitiveMismatch`'s
+    /// words: the nodes of one primitive are one queue, another's are refused.
+    pub(crate) fn primitive(self) -> &'static str {
         match self {
-            Mark::Lock => Mark::Latch,
-            Mark::Latch => Mark::Lock,
+            Mark::Lock => "mutex",
+            Mark::Latch => "election",
+            Mark::Read | Mark::Write => "read-write lock",
+            Mark::Lease => "semaphore",
         }
     }
 
-    /// What the kind is, for errors.
-    pub(crate) fn what(self) -> &'static str {
-        match self {
-            Mark::Lock => "a mutex (Curator InterProcessMutex, `-lock-` nodes)",
-            Mark::Latch => "an election (Curator LeaderLatch, `-latch-` nodes)",
-        }
+    /// The mark and sequence number of a child, if it is a queue's node.
+    pub(crate) fn of_child(child: &str) -> Option<(Mark, u64)> {
+        MARKS
+            .into_iter()
+            .find_map(|m| sequence(child, m).map(|seq| (m, seq)))
     }
+}
+
+/// The primitive a child of a lock's folder belongs to (`"semaphore"` for the folders of
+/// `InterProcessSemaphoreV2`), if it is one fencelock knows.
+pub(crate) fn primitive_of(child: &str) -> Option<&'static str> {
+    if SEMAPHORE_CHILDREN.contains(&child) {
+        return Some("semaphore");
+    }
+    Mark::of_child(child).map(|(m, _)| m.primitive())
 }
 
 /// The sequence number of a child of kind `mark`, as Curator sorts them (after the last
@@ -89,36 +131,40 @@ pub(crate) fn sequence(child: &str, mark: Mark) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// The children of kind `mark` in sequence order (other children are left out).
+/// The children of `mark`'s primitive in sequence order (other children are left out).
 pub(crate) fn sorted(children: Vec<String>, mark: Mark) -> Vec<String> {
     split(children, mark).0
 }
 
-/// The children of either kind in sequence order (other children are left out).
+/// The queue's children of every kind in sequence order (other children are left out).
 pub(crate) fn sorted_all(children: Vec<String>) -> Vec<String> {
     let mut all: Vec<(u64, String)> = children
         .into_iter()
-        .filter_map(|c| {
-            let seq = sequence(&c, Mark::Lock).or_else(|| sequence(&c, Mark::Latch));
-            seq.map(|s| (s, c))
-        })
+        .filter_map(|c| Mark::of_child(&c).map(|(_, s)| (s, c)))
         .collect();
     all.sort();
     all.into_iter().map(|(_, c)| c).collect()
 }
 
-/// The children of kind `mark` in sequence order, and the other kind's first child (lowest
-/// sequence) with its sequence, if any.
+/// The children of `mark`'s primitive in sequence order (a read-write lock's readers and
+/// writers together, as Curator sorts them), and another primitive's first child with its
+/// sequence, if any (a semaphore's `locks`/`leases` folders count as sequence 0: ahead of
+/// every node).
 pub(crate) fn split(children: Vec<String>, mark: Mark) -> (Vec<String>, Option<(u64, String)>) {
     let mut mine: Vec<(u64, String)> = Vec::new();
     let mut other: Option<(u64, String)> = None;
     for child in children {
-        if let Some(seq) = sequence(&child, mark) {
-            mine.push((seq, child));
-        } else if let Some(seq) = sequence(&child, mark.other()) {
-            if other.as_ref().is_none_or(|(s, _)| seq < *s) {
-                other = Some((seq, child));
+        let found = match Mark::of_child(&child) {
+            Some((m, seq)) if m.primitive() == mark.primitive() => {
+                mine.push((seq, child));
+                continue;
             }
+            Some((_, seq)) => seq,
+            None if SEMAPHORE_CHILDREN.contains(&child.as_str()) => 0,
+            None => continue,
+        };
+        if other.as_ref().is_none_or(|(s, _)| found < *s) {
+            other = Some((found, child));
         }
     }
     mine.sort();
@@ -201,9 +247,8 @@ pub(crate) async fn list(session: &Session, dir: &str, mark: Mark) -> Result<Lis
 
 /// The sequence number at the end of a lock or latch node's path (`-1` if none).
 pub(crate) fn seq_of(path: &str) -> i64 {
-    sequence(path, Mark::Lock)
-        .or_else(|| sequence(path, Mark::Latch))
-        .and_then(|s| i64::try_from(s).ok())
+    Mark::of_child(path)
+        .and_then(|(_, s)| i64::try_from(s).ok())
         .unwrap_or(-1)
 }
 
@@ -269,6 +314,39 @@ pub(crate) async fn create(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Creates a downgrade's read node: a plain ephemeral `_c_<guid>-__READ__<digits>`, with
+/// `digits` its write node's sequence (Curator's `getSortingSequence`). Protected as
+/// [`create`] is: after a lost reply, found again by its GUID.
+pub(crate) async fn create_at(
+    session: &Session,
+    dir: &str,
+    guid: &str,
+    data: &[u8],
+    digits: &str,
+) -> Result<Node, zk::Error> {
+    let path = format!("{dir}/_c_{guid}-{}{digits}", Mark::Read.text());
+    let mode = zk::CreateMode::Ephemeral.with_acls(ACLS);
+    for _ in 0..3 {
+        match session.call(|zk| zk.create(&path, data, &mode)).await {
+            Ok((stat, _)) => {
+                let seq = seq_of(&path);
+                return Ok(Node {
+                    path,
+                    czxid: stat.czxid,
+                    seq,
+                });
+            }
+            Err(e) if connection_lost(&e) => {
+                if let Some(node) = find(session, dir, guid).await? {
+                    return Ok(node);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(zk::Error::ConnectionLoss)
 }
 
 /// The node of attempt `guid` that this session owns, if there is one.
@@ -430,6 +508,34 @@ mod tests {
         assert_eq!(sequence("_c_x-latch-0000000007", Mark::Lock), None);
         assert_eq!(seq_of("/f/_c_x-latch-0000000007"), 7);
         assert_eq!(seq_of("/f/_c_x-lock-0000000008"), 8);
+    }
+
+    #[test]
+    fn readers_and_writers_are_one_queue_and_other_primitives_are_found() {
+        let children = vec![
+            "_c_b-__WRIT__0000000012".to_owned(),
+            "_c_a-__READ__0000000003".to_owned(),
+            "_c_c-__READ__0000000012".to_owned(),
+            "_c_d-lock-0000000007".to_owned(),
+        ];
+        let (mine, other) = split(children, Mark::Read);
+        assert_eq!(
+            mine,
+            [
+                "_c_a-__READ__0000000003",
+                "_c_b-__WRIT__0000000012",
+                "_c_c-__READ__0000000012"
+            ]
+        );
+        assert_eq!(other, Some((7, "_c_d-lock-0000000007".to_owned())));
+        let (_, other) = split(vec!["leases".to_owned()], Mark::Write);
+        assert_eq!(other, Some((0, "leases".to_owned())));
+        assert_eq!(primitive_of("leases"), Some("semaphore"));
+        assert_eq!(
+            primitive_of("_c_x-__WRIT__0000000001"),
+            Some("read-write lock")
+        );
+        assert_eq!(seq_of("/f/_c_x-__READ__0000000009"), 9);
     }
 
     #[test]
