@@ -27,10 +27,13 @@ EXIT STATUS:
   128+N                   PROGRAM (or, while waiting, fencelock) was killed by signal N
   64                      usage error (bad flag or flag value, unknown option before PROGRAM)
   69                      connection or configuration error (server down or not that service,
-                          bad URL or URL count, password needed or refused, access denied)
-  75                      lock held by someone else (-n/--no-wait) or the wait timed out
-                          (change with --conflict-exit-code)
-  79                      the lock was lost before PROGRAM ended; PROGRAM was stopped
+                          bad URL or URL count, password needed or refused, access denied;
+                          the service offers no read-write lock or semaphore; NAME is in use
+                          as another primitive, or as a semaphore of another --permits N)
+  75                      lock held by someone else (-n/--no-wait; with --also, nothing was
+                          taken) or the wait timed out (change with --conflict-exit-code)
+  79                      the lock (any of them with --also) was lost before PROGRAM ended;
+                          PROGRAM was stopped
   126 / 127               PROGRAM could not be executed / was not found";
 
 /// The table printed by `fencelock elect --help`.

@@ -100,8 +100,36 @@ pub fn explain(e: &Error, conn: &Connection, connecting: bool) -> String {
             a(service),
             crate::services::url_hint()
         ),
-        _ => text.replace("request bound", "time limit"),
+        _ => family(e, &text).unwrap_or_else(|| text.replace("request bound", "time limit")),
     }
+}
+
+/// The lock family's errors in the CLI's words (`run -s`/`-x`, `--permits`), if `e` is one.
+fn family(e: &Error, text: &str) -> Option<String> {
+    Some(match e {
+        Error::Unsupported { what, .. } if *what == "a read-write lock" => format!(
+            "{text}; `run -s` and `run -x` need a service that offers read-write locks \
+             (plain `run NAME` takes a mutex)"
+        ),
+        Error::Unsupported { what, .. } if *what == "a semaphore" => {
+            format!("{text}; `run --permits` needs a service that offers semaphores")
+        }
+        Error::PermitsMismatch {
+            lock,
+            stored,
+            asked,
+        } => format!(
+            "semaphore {lock:?} is in use with {stored} permits, but --permits {asked} was \
+             asked: give --permits {stored} (the number is stored while a permit is held or \
+             awaited)"
+        ),
+        Error::PrimitiveMismatch { .. } => format!(
+            "{text}: one name is one primitive; use another name, or take it as it is used \
+             (`run NAME`: mutex; `run -s`/`-x`: read-write lock; `run --permits N`: \
+             semaphore; `elect`: election)"
+        ),
+        _ => return None,
+    })
 }
 
 /// Whether a transport's message says the peer speaks another protocol.

@@ -18,7 +18,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
 use clap::Args;
-use fencelock::{Guard, Leadership, LostReason, Released};
+use fencelock::{Guard, Leadership, LostReason, MultiGuard, Released};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::{getpgrp, pipe2, Pid};
@@ -124,7 +124,8 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// What PROGRAM runs under: a lock's [`Guard`] or an election's [`Leadership`].
+/// What PROGRAM runs under: a lock's [`Guard`] (also a read side's, a permit's), a
+/// multi-lock's [`MultiGuard`], or an election's [`Leadership`].
 pub trait Held {
     /// Resolves when the holding is lost.
     fn lost(&self) -> impl Future<Output = ()> + '_;
@@ -163,6 +164,33 @@ impl Held for Leadership {
     }
     fn give_back(self) -> impl Future<Output = fencelock::Result<Released>> {
         self.resign()
+    }
+}
+
+impl Held for MultiGuard {
+    fn lost(&self) -> impl Future<Output = ()> + '_ {
+        MultiGuard::lost(self)
+    }
+    fn is_held(&self) -> bool {
+        MultiGuard::is_held(self)
+    }
+    /// The first lost lock's reason.
+    fn lost_reason(&self) -> Option<LostReason> {
+        self.guards().iter().find_map(Guard::lost_reason)
+    }
+    /// Releases every lock: `NotHeld` if any was no longer held (lost), else the first
+    /// lock's outcome.
+    async fn give_back(self) -> fencelock::Result<Released> {
+        let released = self.release().await?;
+        let outcomes = released.into_iter().map(|(_, r)| r);
+        let mut first = None;
+        for outcome in outcomes {
+            if outcome == Released::NotHeld {
+                return Ok(Released::NotHeld);
+            }
+            first.get_or_insert(outcome);
+        }
+        Ok(first.unwrap_or(Released::NotHeld))
     }
 }
 

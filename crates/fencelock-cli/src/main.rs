@@ -2,7 +2,9 @@
 //! locks, clear stale ones, and a demo that shows why it is safe. It uses only the library's
 //! public API, plus the test kit for the throwaway servers of `demo` and `verify`.
 //!
-//! - `run.rs`: `fencelock run` (flags checked before anything is contacted); PROGRAM runs
+//! - `run.rs`: `fencelock run` (flags checked before anything is contacted): a mutex, a side
+//!   of a read-write lock (`-s`/`-x`), a permit (`--permits`) or a multi-lock (`--also`),
+//!   each with the owner id of `owner.rs` (its role in it); PROGRAM runs
 //!   (`held.rs`: spawned, signals passed on, stopped on a loss) under
 //!   the hidden `supervise` subcommand (`supervise.rs`): fencelock re-executed as the leader of
 //!   PROGRAM's process group, which kills the group when the runner's pipe reads end-of-file,
@@ -90,7 +92,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run PROGRAM while holding the lock NAME; release it when PROGRAM exits.
+    /// Run PROGRAM while holding the lock NAME; release it when PROGRAM exits. With -s or -x,
+    /// the read or write side of the read-write lock NAME; with --permits N, one of N permits;
+    /// with --also, several locks, all or none.
     #[command(after_help = exit::TABLE)]
     Run(run::RunArgs),
     /// Run PROGRAM while leading the election NAME (one leader at a time, with a term to fence

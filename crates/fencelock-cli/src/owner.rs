@@ -3,13 +3,67 @@
 //! question) can say who holds a lock. Every service already stores the owner id of each
 //! holding and lists it in its status, so no wire format changes.
 //!
-//! The id: `CLIENT:HOST/PID/PROGRAM/UNIX_SECONDS` (at most 128 bytes, no whitespace, as the
-//! library requires); CLIENT is the client's random id (hex), so that no two runs share an
+//! The id: `CLIENT:HOST/PID/PROGRAM/UNIX_SECONDS[/ROLE]` (at most 128 bytes, no whitespace,
+//! as the library requires); ROLE says which side of a shared lock the run holds (`read`,
+//! `write`, `permit-of-N`: see [`Role`]; none for a mutex or a multi-lock), since a lock's
+//! status lists owners but not what each holds; CLIENT is the client's random id (hex), so that no two runs share an
 //! owner, and so that a Redis forced unlock, which tells each holder's client on a channel
 //! named by the owner id's `<hex>:` prefix, reaches this one at once. HOST and PROGRAM keep
-//! only `[A-Za-z0-9._-]` and are cut short.
+//! only `[A-Za-z0-9._-]` and are cut short (to 34 and 24 bytes: the longest id is 127 bytes).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What a `fencelock run` holds of a lock other than a mutex: the last field of its owner id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The read side of a read-write lock (`run -s`): `read`.
+    Read,
+    /// The write side of a read-write lock (`run -x`): `write`.
+    Write,
+    /// One permit of a semaphore of N (`run --permits N`): `permit-of-N`.
+    Permit(u32),
+}
+
+impl Role {
+    /// The owner id's field.
+    fn field(self) -> String {
+        match self {
+            Role::Read => "read".into(),
+            Role::Write => "write".into(),
+            Role::Permit(n) => format!("permit-of-{n}"),
+        }
+    }
+
+    fn parse(field: &str) -> Option<Role> {
+        match field {
+            "read" => Some(Role::Read),
+            "write" => Some(Role::Write),
+            _ => field
+                .strip_prefix("permit-of-")?
+                .parse()
+                .ok()
+                .map(Role::Permit),
+        }
+    }
+
+    /// `reader`, `writer`, `permit holder (1 of N)`.
+    pub fn word(self) -> String {
+        match self {
+            Role::Read => "reader".into(),
+            Role::Write => "writer".into(),
+            Role::Permit(n) => format!("permit holder (1 of {n})"),
+        }
+    }
+
+    /// The role for `--json`: `read`, `write`, `permit`.
+    pub fn json_name(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Write => "write",
+            Role::Permit(_) => "permit",
+        }
+    }
+}
 
 /// Where a holding made by `fencelock run` comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +76,8 @@ pub struct Origin {
     pub program: String,
     /// When the run started.
     pub since: SystemTime,
+    /// What it holds, for a lock other than a mutex.
+    pub role: Option<Role>,
 }
 
 /// Keeps the characters an owner id may carry in a field, at most `max` of them.
@@ -50,8 +106,9 @@ pub fn host_name() -> String {
         .unwrap_or_default()
 }
 
-/// The owner id for this process running `program`; `client` is the client's random id.
-pub fn for_run(program: &str, client: &str) -> String {
+/// The owner id for this process running `program` and holding `role`; `client` is the
+/// client's random id.
+pub fn for_run(program: &str, client: &str, role: Option<Role>) -> String {
     let name = std::path::Path::new(program)
         .file_name()
         .map_or(program.into(), |n| n.to_string_lossy());
@@ -63,9 +120,10 @@ pub fn for_run(program: &str, client: &str) -> String {
         .filter(char::is_ascii_hexdigit)
         .take(32)
         .collect();
+    let role = role.map(|r| format!("/{}", r.field())).unwrap_or_default();
     format!(
-        "{client}:{}/{}/{}/{since}",
-        clean(&host_name(), 36),
+        "{client}:{}/{}/{}/{since}{role}",
+        clean(&host_name(), 34),
         std::process::id(),
         clean(&name, 24),
     )
@@ -84,6 +142,10 @@ pub fn parse(owner: &str) -> Option<Origin> {
         fields.next()?,
         fields.next()?.parse().ok()?,
     );
+    let role = match fields.next() {
+        Some(field) => Some(Role::parse(field)?),
+        None => None,
+    };
     if fields.next().is_some() {
         return None;
     }
@@ -92,6 +154,7 @@ pub fn parse(owner: &str) -> Option<Origin> {
         pid,
         program: program.to_string(),
         since: UNIX_EPOCH + Duration::from_secs(since),
+        role,
     })
 }
 
@@ -111,13 +174,19 @@ impl Origin {
         )
     }
 
-    /// The same facts for `--json`.
+    /// The same facts for `--json`, with the role (`read`, `write`, `permit`, or null for a
+    /// mutex) and, for a permit, the semaphore's N as that run asked for it.
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "host": self.host,
             "pid": self.pid,
             "program": self.program,
             "since": humantime::format_rfc3339_seconds(self.since).to_string(),
+            "role": self.role.map(Role::json_name),
+            "permits": match self.role {
+                Some(Role::Permit(n)) => Some(n),
+                _ => None,
+            },
         })
     }
 }
@@ -128,7 +197,7 @@ mod tests {
 
     #[test]
     fn an_owner_id_reads_back_and_fits_the_rules() {
-        let owner = for_run("/usr/bin/back up.sh", "0123456789abcdef0123");
+        let owner = for_run("/usr/bin/back up.sh", "0123456789abcdef0123", None);
         assert!(
             owner.len() <= 128 && !owner.contains(char::is_whitespace),
             "{owner}"
@@ -140,7 +209,23 @@ mod tests {
         assert!(owner.starts_with("0123456789abcdef0123:"), "{owner}");
         assert!(parse("f7c39331d895ccd96a978104e36f86a6:1").is_none());
         assert!(parse("deploy-42").is_none());
-        let long = for_run(&"x".repeat(300), &"f".repeat(300));
+        let long = for_run(&"x".repeat(300), &"f".repeat(300), None);
         assert!(long.len() <= 128, "{long}");
+        // The longest role still fits.
+        let permit = Some(Role::Permit(fencelock::MAX_PERMITS));
+        let long = for_run(&"x".repeat(300), &"f".repeat(300), permit);
+        assert!(long.len() <= 128, "{long}");
+        assert_eq!(parse(&long).unwrap().role, permit);
+    }
+
+    #[test]
+    fn roles_read_back() {
+        for role in [Role::Read, Role::Write, Role::Permit(3)] {
+            let owner = for_run("sleep", "abc", Some(role));
+            assert_eq!(parse(&owner).unwrap().role, Some(role), "{owner}");
+        }
+        assert_eq!(parse(&for_run("sleep", "abc", None)).unwrap().role, None);
+        assert!(parse("abc:h/1/p/2/lease").is_none());
+        assert!(parse("abc:h/1/p/2/read/x").is_none());
     }
 }

@@ -4,7 +4,10 @@
 //! a free lock (theirs are the zxid or revision of the holder's node or key).
 //!
 //! Text: `lock "NAME" is held|free`, then `  LABEL: VALUE` lines with the values in one
-//! column, then the wait queue (see [`waiters`]).
+//! column, then the wait queue (see [`waiters`]). A lock held by several owners (readers,
+//! permits) says how many (`holders:`) and lists each: its role and origin when `run` made its
+//! owner id (`reader:`, `writer:`, `permit holder:`, `held by:` for a mutex), and its id.
+//! JSON: each owner's `origin` has `role` (`read`, `write`, `permit`, null) and `permits`.
 
 use std::time::Duration;
 
@@ -77,9 +80,16 @@ fn lease_text(status: &LockStatus, service: Service) -> String {
 pub fn text(status: &LockStatus, service: Service) {
     if status.held {
         outln!("lock {:?} is held", status.name);
+        if status.owners.len() > 1 {
+            line(
+                "holders",
+                &format!("{} (sharing it: each below)", status.owners.len()),
+            );
+        }
         for (owner, count) in &status.owners {
             if let Some(origin) = owner::parse(owner) {
-                line("held by", &origin.describe());
+                let (label, value) = held_by(&origin);
+                line(label, &value);
             }
             line("owner id", &format!("{owner} (hold count {count})"));
         }
@@ -101,6 +111,18 @@ pub fn text(status: &LockStatus, service: Service) {
     match service {
         Service::RedLock => line("waiters", "not tracked (RedLock keeps no wait queue)"),
         _ => waiters(&status.waiters, service),
+    }
+}
+
+/// The label and value of a holder `run` made: `held by` (a mutex), `reader`, `writer` or
+/// `permit holder` (`…, one of N permits`), then where it comes from.
+fn held_by(origin: &owner::Origin) -> (&'static str, String) {
+    let from = origin.describe();
+    match origin.role {
+        None => ("held by", from),
+        Some(owner::Role::Read) => ("reader", from),
+        Some(owner::Role::Write) => ("writer", from),
+        Some(owner::Role::Permit(n)) => ("permit holder", format!("{from}, one of {n} permits")),
     }
 }
 

@@ -185,6 +185,130 @@ async fn verify_election_on_etcd_is_clean() {
     verify_election("etcd", "23").await;
 }
 
+/// `--primitive multi` (issue 24, point 6): each client takes two locks at once and writes
+/// each lock's register with that lock's token, under client pauses and kills; the run is
+/// clean lock by lock, and both locks' holds are in it.
+async fn verify_multi(backend: &str, seed: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--backend", backend, "--primitive", "multi"];
+    let run = [
+        "--faults",
+        "pause,kill",
+        "--seed",
+        seed,
+        "--duration",
+        "12s",
+    ];
+    let out = verify(
+        &[&args[..], &run[..], &["--no-control"]].concat(),
+        dir.path(),
+    )
+    .await;
+    assert_clean(&out, dir.path());
+    let report = report(dir.path());
+    assert_eq!(report["primitive"], "multi");
+    let holds = report["runs"][0]["verdict"]["holds"].as_array().unwrap();
+    for part in [0, 1] {
+        let n = holds.iter().filter(|h| h["part"] == part).count();
+        assert!(n >= 5, "{n} holds of lock {part}: {}", text(&out));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_multi_on_one_redis_is_clean() {
+    verify_multi("redis", "31").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_multi_on_zookeeper_is_clean() {
+    verify_multi("zookeeper", "32").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_multi_on_etcd_is_clean() {
+    verify_multi("etcd", "33").await;
+}
+
+/// `--primitive multi`'s negative control: without fencing, the paused client's late writes
+/// are taken on both locks' registers, and the checker finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_multi_without_fencing_shows_violations() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--primitive", "multi", "--faults", "pause", "--no-fencing"];
+    let out = verify(
+        &[&args[..], &["--seed", "5", "--duration", "12s"]].concat(),
+        dir.path(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let run = &report(dir.path())["runs"][0];
+    assert!(count(run, "lost_updates") >= 1, "{}", text(&out));
+}
+
+/// `--primitive rwlock|semaphore` on a service: clean under client pauses and kills where
+/// the service offers the primitive (readers and writers, or permit holders, both in the
+/// run); where it does not (yet), verify says so before any run, with 69.
+async fn verify_family(backend: &str, primitive: &str, seed: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--backend", backend, "--primitive", primitive];
+    let run = [
+        "--faults",
+        "pause,kill",
+        "--seed",
+        seed,
+        "--duration",
+        "12s",
+    ];
+    let out = verify(
+        &[&args[..], &run[..], &["--no-control"]].concat(),
+        dir.path(),
+    )
+    .await;
+    if out.status.code() == Some(69) {
+        assert!(text(&out).contains("is not supported by"), "{}", text(&out));
+        return;
+    }
+    assert_clean(&out, dir.path());
+    let run = &report(dir.path())["runs"][0];
+    let crowds = run["verdict"]["crowds"].as_array().unwrap();
+    assert!(crowds.iter().all(|c| c["fenced"] == true), "{}", text(&out));
+    if primitive == "rwlock" {
+        let holds = run["verdict"]["holds"].as_array().unwrap();
+        let readers = holds.iter().filter(|h| h["part"] == 1).count();
+        assert!(readers >= 3 && holds.len() - readers >= 3, "{}", text(&out));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_rwlock_on_one_redis_is_clean_or_refused() {
+    verify_family("redis", "rwlock", "41").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_rwlock_on_zookeeper_is_clean_or_refused() {
+    verify_family("zookeeper", "rwlock", "42").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_rwlock_on_etcd_is_clean_or_refused() {
+    verify_family("etcd", "rwlock", "43").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_semaphore_on_one_redis_is_clean_or_refused() {
+    verify_family("redis", "semaphore", "51").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_semaphore_on_zookeeper_is_clean_or_refused() {
+    verify_family("zookeeper", "semaphore", "52").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_semaphore_on_etcd_is_clean_or_refused() {
+    verify_family("etcd", "semaphore", "53").await;
+}
+
 /// The network faults of a run: with CAP_NET_ADMIN each ran, happened (with the evidence
 /// of its mechanism) and the run is clean; without it, each is listed as skipped with that
 /// reason, and the run of the other faults still passes.
@@ -482,14 +606,26 @@ async fn bad_flags_are_usage_errors() {
     assert_eq!(out.status.code(), Some(USAGE));
     let out = verify(&["--clients", "0"], dir.path()).await;
     assert_eq!(out.status.code(), Some(USAGE));
-    let redlock = ["--backend", "redlock", "--primitive", "election"];
-    let out = verify(&redlock, dir.path()).await;
+    for primitive in ["election", "rwlock", "semaphore"] {
+        let redlock = ["--backend", "redlock", "--primitive", primitive];
+        let out = verify(&redlock, dir.path()).await;
+        assert_eq!(out.status.code(), Some(USAGE), "{}", text(&out));
+        assert!(
+            text(&out).contains("not offered by RedLock"),
+            "{}",
+            text(&out)
+        );
+    }
+    let all_in = [
+        "--primitive",
+        "semaphore",
+        "--permits",
+        "5",
+        "--clients",
+        "5",
+    ];
+    let out = verify(&all_in, dir.path()).await;
     assert_eq!(out.status.code(), Some(USAGE), "{}", text(&out));
-    assert!(
-        text(&out).contains("not offered by RedLock"),
-        "{}",
-        text(&out)
-    );
 }
 
 /// Issue 23 point 11: a run in which no fault happened (etcd has no session-expiry fault:

@@ -77,6 +77,17 @@ impl MultiLock {
         self
     }
 
+    /// The same locks held under an explicit owner id (see [`Lock::with_owner`]), so that each
+    /// lock's `status` names it (the `fencelock` command's host/pid ids).
+    pub fn with_owner(mut self, owner: &str) -> Self {
+        self.locks = self
+            .locks
+            .into_iter()
+            .map(|lock| lock.with_owner(owner))
+            .collect();
+        self
+    }
+
     /// The names, in the order they are taken.
     pub fn names(&self) -> Vec<&str> {
         self.locks.iter().map(Lock::name).collect()

@@ -45,6 +45,8 @@ pub struct Semaphore {
     permits: u32,
     resize: bool,
     options: LockOptions,
+    /// `with_owner`'s id: every permit of this handle is held under it.
+    owner: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -53,6 +55,7 @@ impl std::fmt::Debug for Semaphore {
             .field("name", &self.name)
             .field("permits", &self.permits)
             .field("resize", &self.resize)
+            .field("owner", &self.owner)
             .finish()
     }
 }
@@ -65,6 +68,7 @@ impl Semaphore {
             permits,
             resize: false,
             options: LockOptions::default(),
+            owner: None,
         }
     }
 
@@ -92,7 +96,18 @@ impl Semaphore {
         self
     }
 
-    /// A new permit's handle: a fresh owner id, so every permit is a holding of its own.
+    /// The same semaphore whose permits are held under an explicit owner id (see
+    /// [`Lock::with_owner`]), rather than a fresh one per acquire: for a process that takes one
+    /// permit and wants `status` to name it (the `fencelock` command's host/pid ids). Two
+    /// acquires under one owner id are one owner to the service, which treats the second as
+    /// it treats a mutex's re-entry: give each permit holder an id of its own.
+    pub fn with_owner(mut self, owner: &str) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// A new permit's handle: a fresh owner id (or `with_owner`'s), so every permit is a
+    /// holding of its own.
     fn permit(&self) -> Result<Lock> {
         if self.permits == 0 || self.permits > MAX_PERMITS {
             return Err(InputError::InvalidOption {
@@ -103,6 +118,10 @@ impl Semaphore {
         }
         let owner = self.client.next_owner();
         let lock = Lock::new(self.client.clone(), &self.name, owner);
+        let lock = match &self.owner {
+            Some(owner) => lock.with_owner(owner),
+            None => lock,
+        };
         Ok(lock
             .with_options(self.options.clone())
             .with_kind(Kind::Permit {

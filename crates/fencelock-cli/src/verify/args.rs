@@ -51,9 +51,16 @@ pub struct VerifyArgs {
     pub lease: Option<Duration>,
     /// What the clients contend for: the mutex, or a leader election whose leaders write with
     /// their term (each client also observes the election; the check adds that observers
-    /// report terms in increasing order and agree on each term's leader).
+    /// report terms in increasing order and agree on each term's leader), a read-write lock
+    /// (a seeded mix of readers and writers), a semaphore (--permits), or a multi-lock over
+    /// two locks with a register each.
     #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
     pub primitive: Primitive,
+    /// With --primitive semaphore: the number of permits (1 to 16; fewer than --clients, so
+    /// that clients contend).
+    #[arg(long, value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub permits: u32,
     /// Folder for the report (report.json, report.html, the event files).
     #[arg(long, default_value = "fencelock-verify")]
     pub report: PathBuf,
@@ -68,6 +75,14 @@ pub enum Primitive {
     Mutex,
     /// A leader election (`Client::election`): leaders write with their term.
     Election,
+    /// A read-write lock (`Client::rw_lock`): writers write with their token, readers read
+    /// and end with a checked read (refused once a later writer wrote).
+    Rwlock,
+    /// A semaphore (`Client::semaphore`) of --permits N: permit holders write a register that
+    /// keeps the N highest tokens and refuses a lower one.
+    Semaphore,
+    /// A multi-lock (`Client::multi_lock`) over two locks: each written with its own token.
+    Multi,
 }
 
 impl Primitive {
@@ -76,7 +91,32 @@ impl Primitive {
         match self {
             Primitive::Mutex => "mutex",
             Primitive::Election => "election",
+            Primitive::Rwlock => "rwlock",
+            Primitive::Semaphore => "semaphore",
+            Primitive::Multi => "multi",
         }
+    }
+
+    /// The checker's rules for it (`permits`: the semaphore's N).
+    pub fn rule(self, permits: u32) -> crate::verify::check::Rule {
+        use crate::verify::check::Rule;
+        match self {
+            Primitive::Mutex | Primitive::Election => Rule::Mutex,
+            Primitive::Rwlock => Rule::ReadWrite,
+            Primitive::Semaphore => Rule::Permits(permits),
+            Primitive::Multi => Rule::Multi(MULTI_LOCKS),
+        }
+    }
+}
+
+/// How many locks a `--primitive multi` client takes (and registers it writes).
+pub const MULTI_LOCKS: u8 = 2;
+
+/// The name of lock `part` of a multi-lock whose first lock is `lock`.
+pub fn multi_name(lock: &str, part: u8) -> String {
+    match part {
+        0 => lock.to_owned(),
+        n => format!("{lock}-{n}"),
     }
 }
 
@@ -275,6 +315,22 @@ pub fn validate(args: &VerifyArgs) -> Result<(), String> {
                     Sentinel, a Cluster, ZooKeeper or etcd"
                 .to_owned(),
         );
+    }
+    if args.backend == Backend::Redlock
+        && matches!(args.primitive, Primitive::Rwlock | Primitive::Semaphore)
+    {
+        return Err(format!(
+            "--primitive {} is not offered by RedLock: its servers keep no queue to serve \
+             readers, writers or permits in arrival order; use one Redis, Sentinel, a \
+             Cluster, ZooKeeper or etcd",
+            args.primitive.as_arg()
+        ));
+    }
+    if args.primitive == Primitive::Semaphore && args.permits >= u32::from(args.clients) {
+        return Err(format!(
+            "--permits {} lets all {} clients in at once: give fewer permits than --clients",
+            args.permits, args.clients
+        ));
     }
     if args.backend == Backend::Redlock && args.url.len() == 1 {
         return Err("--backend redlock with --url needs several redis:// URLs".to_owned());

@@ -25,6 +25,22 @@
 //!
 //! (a) unfenced, (b), (c), (d) and (g) are safety checks; (e) and (f) are reported beside
 //! them.
+//!
+//! The lock family ([`Rule`], issue 24 point 6) changes what (a) to (d) look at:
+//!
+//! - read-write lock: a reader's hold is part 1 (a writer's part 0). Writers write the
+//!   register with their token; a reader reads it, holds, and ends with a *checked read*
+//!   recorded as a write of the value it read: accepted when no write with a higher token
+//!   than the reader's had been taken (the reader's view still stood), rejected (fenced)
+//!   otherwise. (a) looks at pairs with at least one writer (readers share); (b), (c), (d)
+//!   and the write counts at writers only.
+//! - semaphore of N: permit holders write one register that keeps the N highest tokens it
+//!   took and refuses a token below all N of them (at least N later permits wrote). (a)
+//!   becomes *crowds*: an instant when more than N holds are open, fenced when at most N of
+//!   them had their write accepted. (d) does not apply (N holders update the register at
+//!   once by design); (b) is the register's own word (control runs).
+//! - multi-lock: each client holds several locks, each with its own register (part = the
+//!   lock's index); every check runs per lock, on that lock's events and the process events.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -57,11 +73,26 @@ pub enum Write {
     Failed,
 }
 
+/// The rules a run is checked by: the primitive its clients contend for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// A mutex or an election: one holder at a time.
+    Mutex,
+    /// A read-write lock: readers (part 1) share, writers (part 0) exclude everyone.
+    ReadWrite,
+    /// A semaphore of N permits.
+    Permits(u32),
+    /// A multi-lock over this many locks, each checked as a mutex.
+    Multi(u8),
+}
+
 /// One acquisition and the critical section that followed it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Hold {
     /// The client's lane.
     pub client: usize,
+    /// The part (see [`Event::part`]): the lock of a multi-lock, 1 for a reader.
+    pub part: u8,
     /// The process.
     pub pid: u32,
     /// The process's attempt number.
@@ -92,6 +123,17 @@ pub struct Overlap {
     /// Until when (ns).
     pub to: u64,
     /// At most one of the two writes was accepted.
+    pub fenced: bool,
+}
+
+/// (a) for a semaphore of N: more than N holds open at once.
+#[derive(Debug, Clone, Serialize)]
+pub struct Crowd {
+    /// When (ns): the latest acquisition among them.
+    pub at: u64,
+    /// The holds open then (indexes into [`Verdict::holds`]).
+    pub holds: Vec<usize>,
+    /// At most N of them had their write accepted.
     pub fenced: bool,
 }
 
@@ -150,6 +192,8 @@ pub struct Verdict {
     pub holds: Vec<Hold>,
     /// (a) overlapping holds.
     pub overlaps: Vec<Overlap>,
+    /// (a) for a semaphore: instants with more than N holds open.
+    pub crowds: Vec<Crowd>,
     /// (b) stale writes accepted (indexes into `holds`).
     pub stale_writes: Vec<usize>,
     /// (c) breaks in token order.
@@ -176,9 +220,11 @@ impl Verdict {
         self.lost_updates.iter().map(|l| l.overwritten).sum()
     }
 
-    /// Overlaps where both writes were accepted.
+    /// Overlaps where both writes were accepted (with a semaphore: crowds with more than N
+    /// writes accepted).
     pub fn unfenced_overlaps(&self) -> usize {
-        self.overlaps.iter().filter(|o| !o.fenced).count()
+        let pairs = self.overlaps.iter().filter(|o| !o.fenced).count();
+        pairs + self.crowds.iter().filter(|c| !c.fenced).count()
     }
 
     /// Every safety check passed.
@@ -197,21 +243,95 @@ impl Verdict {
     }
 }
 
-/// Checks a run.
+/// Checks a run of a mutex or an election.
+#[cfg(test)]
 pub fn check(events: &[Event], bounds: Bounds<'_>) -> Verdict {
+    check_one(events, bounds, Rule::Mutex)
+}
+
+/// Checks a run by `rule`: a multi-lock lock by lock, the others at once.
+pub fn check_by(events: &[Event], bounds: Bounds<'_>, rule: Rule) -> Verdict {
+    let Rule::Multi(locks) = rule else {
+        return check_one(events, bounds, rule);
+    };
+    let mut verdicts = (0..locks.max(1)).map(|part| {
+        let mine: Vec<Event> = events
+            .iter()
+            .filter(|e| e.part == part || e.process_wide())
+            .cloned()
+            .collect();
+        check_one(&mine, bounds, Rule::Mutex)
+    });
+    let first = verdicts
+        .next()
+        .unwrap_or_else(|| check_one(&[], bounds, Rule::Mutex));
+    verdicts.fold(first, merge)
+}
+
+/// One verdict of two locks' (of a multi-lock): `b`'s holds after `a`'s, its indexes moved.
+/// Acquisitions, their outcomes and the recoveries are the multi-lock's, the same in each:
+/// `a`'s are kept.
+fn merge(mut a: Verdict, b: Verdict) -> Verdict {
+    let n = a.holds.len();
+    a.holds.extend(b.holds);
+    a.overlaps.extend(b.overlaps.into_iter().map(|mut o| {
+        o.holds = (o.holds.0 + n, o.holds.1 + n);
+        o
+    }));
+    a.stale_writes
+        .extend(b.stale_writes.into_iter().map(|i| i + n));
+    a.token_breaks
+        .extend(b.token_breaks.into_iter().map(|t| TokenBreak {
+            earlier: t.earlier + n,
+            later: t.later + n,
+        }));
+    a.lost_updates
+        .extend(b.lost_updates.into_iter().map(|l| LostUpdate {
+            hold: l.hold + n,
+            overwritten: l.overwritten,
+        }));
+    a.writes = (a.writes.0 + b.writes.0, a.writes.1 + b.writes.1);
+    a
+}
+
+/// Whether hold `h` writes the register under `rule` (a reader only reads it).
+fn writes(rule: Rule, h: &Hold) -> bool {
+    !(rule == Rule::ReadWrite && h.part == 1)
+}
+
+/// Checks one set of holds by `rule` (not a multi-lock's: see [`check_by`]).
+fn check_one(events: &[Event], bounds: Bounds<'_>, rule: Rule) -> Verdict {
     let mut events = events.to_vec();
     events.sort_by_key(|e| e.t);
     let (holds, unknown_acquires) = holds(&events, bounds.end);
-    let accepted = holds
-        .iter()
-        .filter(|h| matches!(h.write, Write::Accepted { .. }))
+    let writers: Vec<bool> = holds.iter().map(|h| writes(rule, h)).collect();
+    let writing = |i: &usize| writers[*i];
+    let accepted = (0..holds.len())
+        .filter(writing)
+        .filter(|&i| matches!(holds[i].write, Write::Accepted { .. }))
         .count();
-    let rejected = holds.iter().filter(|h| h.write == Write::Rejected).count();
+    let rejected = (0..holds.len())
+        .filter(writing)
+        .filter(|&i| holds[i].write == Write::Rejected)
+        .count();
+    let (overlaps, crowds) = match rule {
+        Rule::Permits(n) => (Vec::new(), crowds(&holds, n)),
+        _ => (overlaps(&holds, &writers), Vec::new()),
+    };
+    let stale_writes = match rule {
+        Rule::Permits(_) => own_word_stale(&holds),
+        _ => stale_writes(&holds, &writers),
+    };
+    let lost_updates = match rule {
+        Rule::Permits(_) => Vec::new(),
+        _ => lost_updates(&holds, &writers),
+    };
     Verdict {
-        overlaps: overlaps(&holds),
-        stale_writes: stale_writes(&holds),
-        token_breaks: token_breaks(&holds),
-        lost_updates: lost_updates(&holds),
+        overlaps,
+        crowds,
+        stale_writes,
+        token_breaks: token_breaks(&holds, &writers),
+        lost_updates,
         writes: (accepted, rejected),
         unknown_acquires,
         recoveries: recoveries(&events, bounds),
@@ -297,6 +417,7 @@ impl Builder {
         let called = self.calls.remove(&(e.pid, attempt)).unwrap_or(e.t);
         let hold = Hold {
             client: e.client,
+            part: e.part,
             pid: e.pid,
             attempt,
             token,
@@ -344,12 +465,12 @@ fn accepted(h: &Hold) -> bool {
 }
 
 /// (a): holds sorted by acquisition; each is compared with the later ones that began before
-/// it ended.
-fn overlaps(holds: &[Hold]) -> Vec<Overlap> {
+/// it ended. Two readers (neither of them `writers`) share.
+fn overlaps(holds: &[Hold], writers: &[bool]) -> Vec<Overlap> {
     let mut found = Vec::new();
     for (i, a) in holds.iter().enumerate() {
         for (j, b) in holds.iter().enumerate().skip(i + 1) {
-            if b.acquired >= a.end {
+            if b.acquired >= a.end || !(writers[i] || writers[j]) {
                 continue;
             }
             if a.pid == b.pid || b.end <= a.acquired {
@@ -366,17 +487,50 @@ fn overlaps(holds: &[Hold]) -> Vec<Overlap> {
     found
 }
 
+/// (a) for a semaphore of `n`: at each acquisition, the holds open then (of distinct
+/// processes); more than `n` is a crowd, fenced when at most `n` of them had a write accepted.
+fn crowds(holds: &[Hold], n: u32) -> Vec<Crowd> {
+    let mut found = Vec::new();
+    for h in holds {
+        let at = h.acquired;
+        let open: Vec<usize> = (0..holds.len())
+            .filter(|&i| holds[i].acquired <= at && at < holds[i].end)
+            .collect();
+        let mut pids: Vec<u32> = open.iter().map(|&i| holds[i].pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        if pids.len() > n as usize {
+            let taken = open.iter().filter(|&&i| accepted(&holds[i])).count();
+            found.push(Crowd {
+                at,
+                fenced: taken <= n as usize,
+                holds: open,
+            });
+        }
+    }
+    found
+}
+
+/// (b) for a semaphore: the register's own word (a control run's write it would refuse).
+fn own_word_stale(holds: &[Hold]) -> Vec<usize> {
+    (0..holds.len())
+        .filter(|&i| matches!(holds[i].write, Write::Accepted { stale: true, .. }))
+        .collect()
+}
+
 /// (b): the register's own word (without fencing), or a higher-token write that returned
-/// accepted before this one was sent.
-fn stale_writes(holds: &[Hold]) -> Vec<usize> {
+/// accepted before this one was sent; `writers` only.
+fn stale_writes(holds: &[Hold], writers: &[bool]) -> Vec<usize> {
     let taken: Vec<(u64, u64)> = holds
         .iter()
-        .filter(|h| accepted(h))
-        .filter_map(|h| Some((h.write_returned?, h.token)))
+        .zip(writers)
+        .filter(|(h, &w)| w && accepted(h))
+        .filter_map(|(h, _)| Some((h.write_returned?, h.token)))
         .collect();
     holds
         .iter()
         .enumerate()
+        .filter(|&(i, _)| writers[i])
         .filter(|(_, h)| match h.write {
             Write::Accepted { stale: true, .. } => true,
             Write::Accepted { stale: false, .. } => {
@@ -391,11 +545,12 @@ fn stale_writes(holds: &[Hold]) -> Vec<usize> {
         .collect()
 }
 
-/// (c): `later` called `acquire` after `earlier`'s returned, so its token must be larger.
-fn token_breaks(holds: &[Hold]) -> Vec<TokenBreak> {
+/// (c): `later` called `acquire` after `earlier`'s returned, so its token must be larger
+/// (among `writers`).
+fn token_breaks(holds: &[Hold], writers: &[bool]) -> Vec<TokenBreak> {
     let mut found = Vec::new();
-    for (i, a) in holds.iter().enumerate() {
-        for (j, b) in holds.iter().enumerate() {
+    for (i, a) in holds.iter().enumerate().filter(|&(i, _)| writers[i]) {
+        for (j, b) in holds.iter().enumerate().filter(|&(j, _)| writers[j]) {
             if i != j && a.acquired < b.called && b.token <= a.token {
                 found.push(TokenBreak {
                     earlier: i,
@@ -409,8 +564,10 @@ fn token_breaks(holds: &[Hold]) -> Vec<TokenBreak> {
 
 /// (d): the accepted writes in the order they returned (the register's order, but for
 /// writes in flight at once); each must have read the value the previous one stored.
-fn lost_updates(holds: &[Hold]) -> Vec<LostUpdate> {
-    let mut order: Vec<usize> = (0..holds.len()).filter(|&i| accepted(&holds[i])).collect();
+fn lost_updates(holds: &[Hold], writers: &[bool]) -> Vec<LostUpdate> {
+    let mut order: Vec<usize> = (0..holds.len())
+        .filter(|&i| writers[i] && accepted(&holds[i]))
+        .collect();
     order.sort_by_key(|&i| holds[i].write_returned);
     let mut current = 0;
     let mut lost = Vec::new();

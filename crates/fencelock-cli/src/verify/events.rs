@@ -29,9 +29,30 @@ pub struct Event {
     /// The process that recorded it (the fault driver records pauses and kills with the PID
     /// of the client they hit).
     pub pid: u32,
+    /// Which of a client's holdings the event is about, for the primitives where one client
+    /// holds several or holds in two ways: with `--primitive multi` the index of the lock
+    /// (and of its register) in the multi-lock, with `rwlock` 1 for a reader's holding (0 a
+    /// writer's). 0 otherwise, and left out of the JSON when 0. Process events (start, exit,
+    /// pause, kill) concern all of them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub part: u8,
     /// What happened.
     #[serde(flatten)]
     pub kind: Kind,
+}
+
+fn is_zero(part: &u8) -> bool {
+    *part == 0
+}
+
+impl Event {
+    /// Whether the event concerns the whole process (every part of its holdings).
+    pub fn process_wide(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::Start | Kind::Exit | Kind::Paused | Kind::Resumed | Kind::Killed
+        )
+    }
 }
 
 /// What happened. `attempt` numbers a process's acquisitions from 1; with `pid` it names
@@ -111,6 +132,7 @@ pub struct Recorder {
     file: Arc<Mutex<File>>,
     client: usize,
     pid: u32,
+    part: u8,
 }
 
 impl Recorder {
@@ -121,7 +143,16 @@ impl Recorder {
             file: Arc::new(Mutex::new(file)),
             client,
             pid: std::process::id(),
+            part: 0,
         })
+    }
+
+    /// The same file, recording events of `part` (see [`Event::part`]).
+    pub fn part(&self, part: u8) -> Recorder {
+        Recorder {
+            part,
+            ..self.clone()
+        }
     }
 
     /// Records `kind` now.
@@ -136,6 +167,7 @@ impl Recorder {
             t: now(),
             client,
             pid,
+            part: self.part,
             kind,
         };
         let mut line = serde_json::to_string(&event).unwrap_or_default();

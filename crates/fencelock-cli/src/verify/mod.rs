@@ -4,6 +4,10 @@
 //! schedule without fencing) runs after the run, so the report can show what fencing
 //! prevented. `--primitive election` runs the same loop as a leader election (campaign,
 //! write with the term, resign), and every client observes the election for the checker.
+//! `--primitive rwlock|semaphore|multi` (issue 24) run it on the lock family: a seeded mix of
+//! readers and writers, permit holders of `--permits N`, or two locks at once; what each
+//! writes and what the checker looks for is in `check.rs`. A service that does not offer the
+//! read-write lock or the semaphore is said before the run (69).
 //!
 //! - `args`: flags, backends, faults.
 //! - `servers`: throwaway servers through the test kit (or the user's `--url`).
@@ -98,6 +102,7 @@ async fn verify_with(
         tty: std::io::stdout().is_terminal(),
     });
     let mut deployment = start_servers(args, &faults, &progress).await?;
+    offered(args, &deployment.urls).await?;
     skip_unavailable(&mut deployment, &mut faults, &mut skipped, &progress);
     let lease = args.lease.unwrap_or(args.backend.default_lease());
     let bound = liveness_bound(lease, args.backend);
@@ -138,6 +143,7 @@ async fn verify_with(
         liveness_bound: bound,
         password: args.password.clone(),
         primitive: args.primitive,
+        permits: args.permits,
     };
     let control = !args.no_control && !args.no_fencing;
     let runs = run_all(template, control, &mut deployment, started, &mut progress).await?;
@@ -158,6 +164,42 @@ async fn verify_with(
     report::write(&args.report, &report)
         .map_err(|e| (VIOLATIONS, format!("cannot write the report: {e}")))?;
     Ok(conclude(&report, &args.report, &progress))
+}
+
+/// A read-write lock or a semaphore is tried once on the deployment before the run: a service
+/// that does not offer it is a configuration error (69), said at once, rather than a run of
+/// clients whose every acquire fails.
+async fn offered(args: &VerifyArgs, urls: &[String]) -> Result<(), (u8, String)> {
+    let probe = "verify-offered-probe";
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let mut options = fencelock::ClientOptions::default();
+    if let Some(password) = &args.password {
+        options = options.password(password.clone());
+    }
+    let taken = match args.primitive {
+        args::Primitive::Rwlock => {
+            let client = fencelock::Client::connect_all_with(&urls, options).await;
+            let client = client.map_err(|e| (exit::CONNECTION, e.to_string()))?;
+            client.rw_lock(probe).read().try_acquire().await
+        }
+        args::Primitive::Semaphore => {
+            let client = fencelock::Client::connect_all_with(&urls, options).await;
+            let client = client.map_err(|e| (exit::CONNECTION, e.to_string()))?;
+            client.semaphore(probe, 1).try_acquire().await
+        }
+        _ => return Ok(()),
+    };
+    match taken {
+        Ok(Ok(guard)) => {
+            let _ = guard.release().await;
+            Ok(())
+        }
+        Ok(Err(_)) => Ok(()),
+        Err(e) => Err((
+            exit::CONNECTION,
+            format!("--primitive {}: {e}", args.primitive.as_arg()),
+        )),
+    }
 }
 
 /// Network faults find out only once the servers started whether this process may create

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::args::Primitive;
-use super::check::{check, Bounds, Verdict};
+use super::check::{check_by, Bounds, Verdict};
 use super::clients::{Fleet, Spec};
 use super::events::{fresh_dir, now, read_dir, Event};
 use super::faults::{inject, Injected, Planned, Target};
@@ -42,6 +42,8 @@ pub struct RunSpec<'a> {
     pub password: Option<String>,
     /// What the clients contend for.
     pub primitive: Primitive,
+    /// The semaphore's number of permits.
+    pub permits: u32,
 }
 
 /// What one run saw.
@@ -120,6 +122,7 @@ pub async fn run(
         fencing: spec.fencing,
         password: spec.password.clone(),
         primitive: spec.primitive,
+        permits: spec.permits,
     };
     let mut fleet = Fleet::start(client_spec, spec.clients, started.clone())
         .map_err(|e| format!("cannot start the clients: {e}"))?;
@@ -143,7 +146,7 @@ pub async fn run(
         .filter(|i| i.happened)
         .map(|i| i.end)
         .collect();
-    let verdict = check(
+    let verdict = check_by(
         &events,
         Bounds {
             heals: &heals,
@@ -152,6 +155,7 @@ pub async fn run(
             end: until,
             liveness_bound: spec.liveness_bound.as_nanos() as u64,
         },
+        spec.primitive.rule(spec.permits),
     );
     Ok(RunReport {
         name: spec.name.to_owned(),

@@ -5,12 +5,19 @@ use super::*;
 
 const MS: u64 = 1_000_000;
 
-/// Builds a history: events of client lanes, each process's PID being 100 + lane.
-struct History(Vec<Event>);
+/// Builds a history: events of client lanes, each process's PID being 100 + lane; events of
+/// the part last set with `part` (0 at first).
+struct History(Vec<Event>, u8);
 
 impl History {
     fn new() -> Self {
-        Self(Vec::new())
+        Self(Vec::new(), 0)
+    }
+
+    /// The next events are of `part` (a reader's: 1; a multi-lock's lock).
+    fn part(&mut self, part: u8) -> &mut Self {
+        self.1 = part;
+        self
     }
 
     fn at(&mut self, ms: u64, client: usize, kind: Kind) -> &mut Self {
@@ -18,6 +25,7 @@ impl History {
             t: ms * MS,
             client,
             pid: 100 + client as u32,
+            part: self.1,
             kind,
         });
         self
@@ -72,6 +80,15 @@ impl History {
                 liveness_bound: 1_000 * MS,
             },
         )
+    }
+
+    fn check_by(&self, end_ms: u64, rule: Rule) -> Verdict {
+        let bounds = Bounds {
+            heals: &[],
+            end: end_ms * MS,
+            liveness_bound: 1_000 * MS,
+        };
+        check_by(&self.0, bounds, rule)
     }
 }
 
@@ -272,4 +289,173 @@ fn election_observers_out_of_order_or_naming_another_leader_are_found() {
         .map(|b| (b.client, b.what))
         .collect();
     assert_eq!(found, [(2, "order"), (3, "leader")]);
+}
+
+/// A reader's checked read that stood, though a later writer had written (a control run):
+/// the unfenced form of a reader overlapping a writer.
+fn stood_stale(value: u64) -> Write {
+    Write::Accepted { value, stale: true }
+}
+
+/// Read-write lock: readers share (no overlap between them), a writer after them is clean;
+/// a reader paused past its lease overlaps a writer: fenced when its checked read was
+/// refused, a violation when it stood. Readers are left out of (b), (c), (d) and the counts.
+#[test]
+fn readers_share_and_a_writer_overlapping_a_reader_is_found() {
+    let mut h = History::new();
+    h.part(1)
+        .hold(0, (0, 20), 5, ok(0))
+        .hold(1, (5, 25), 4, ok(0))
+        .part(0)
+        .hold(2, (30, 40), 6, ok(1));
+    let v = h.check_by(100, Rule::ReadWrite);
+    assert!(v.overlaps.is_empty() && v.safe(), "{v:?}");
+    assert_eq!(v.writes, (1, 0), "readers' checked reads are not writes");
+    // Reader 0 paused from 50 to 150; writer 2 takes the lock at 100 and writes.
+    let mut h = History::new();
+    h.part(1)
+        .hold(0, (50, 150), 7, Write::Rejected)
+        .part(0)
+        .hold(2, (100, 110), 8, ok(1));
+    let v = h.check_by(200, Rule::ReadWrite);
+    assert_eq!(v.overlaps.len(), 1, "{v:?}");
+    assert!(v.overlaps[0].fenced && v.safe(), "{v:?}");
+    let mut h = History::new();
+    h.part(1)
+        .hold(0, (50, 150), 7, stood_stale(1))
+        .part(0)
+        .hold(2, (100, 110), 8, ok(1));
+    let v = h.check_by(200, Rule::ReadWrite);
+    assert_eq!(v.unfenced_overlaps(), 1, "{v:?}");
+    assert!(
+        v.stale_writes.is_empty() && v.lost_updates.is_empty(),
+        "{v:?}"
+    );
+    assert!(!v.safe());
+    // Two writers overlapping are checked as for the mutex.
+    let mut h = History::new();
+    h.hold(
+        0,
+        (0, 100),
+        1,
+        Write::Accepted {
+            value: 1,
+            stale: true,
+        },
+    )
+    .hold(1, (50, 60), 2, ok(1));
+    let v = h.check_by(200, Rule::ReadWrite);
+    assert_eq!(v.unfenced_overlaps(), 1, "{v:?}");
+    assert_eq!(v.stale_writes, vec![0]);
+}
+
+/// Semaphore of 2: two holders at once are no crowd and lose no update (they update the
+/// register together by design); a third at the same time is a crowd, fenced when its write
+/// was refused, a violation when all three were taken.
+#[test]
+fn more_than_n_permit_holders_at_once_is_a_crowd() {
+    let mut h = History::new();
+    h.hold(0, (0, 20), 1, ok(1))
+        .hold(1, (5, 25), 2, ok(1))
+        .hold(2, (30, 40), 3, ok(2));
+    let v = h.check_by(100, Rule::Permits(2));
+    assert!(v.crowds.is_empty() && v.overlaps.is_empty(), "{v:?}");
+    assert!(v.lost_updates.is_empty() && v.safe(), "{v:?}");
+    let three = |late: Write| {
+        let mut h = History::new();
+        h.hold(0, (0, 100), 1, late)
+            .hold(1, (50, 70), 2, ok(1))
+            .hold(2, (55, 75), 3, ok(2));
+        h.check_by(200, Rule::Permits(2))
+    };
+    let v = three(Write::Rejected);
+    assert!(
+        !v.crowds.is_empty() && v.crowds.iter().all(|c| c.fenced),
+        "{v:?}"
+    );
+    assert_eq!(v.crowds[0].holds.len(), 3);
+    assert!(v.safe(), "{v:?}");
+    let v = three(Write::Accepted {
+        value: 3,
+        stale: true,
+    });
+    assert!(v.unfenced_overlaps() >= 1, "{v:?}");
+    assert_eq!(v.stale_writes, vec![0], "the register's own word");
+    assert!(!v.safe());
+    // The same three under a semaphore of 3 are fine.
+    let mut h = History::new();
+    h.hold(0, (0, 100), 1, ok(1))
+        .hold(1, (50, 70), 2, ok(1))
+        .hold(2, (55, 75), 3, ok(2));
+    assert!(h.check_by(200, Rule::Permits(3)).safe());
+}
+
+/// Multi-lock: each lock is checked on its own events (tokens of two locks are never
+/// compared); a violation on the second lock is found, its holds' indexes after the first's.
+#[test]
+fn a_multi_lock_is_checked_lock_by_lock() {
+    let mut h = History::new();
+    h.part(0)
+        .hold(0, (0, 10), 100, ok(1))
+        .hold(1, (12, 20), 101, ok(2))
+        .part(1)
+        .hold(0, (0, 10), 7, ok(1))
+        .hold(1, (12, 20), 8, ok(2));
+    let v = h.check_by(40, Rule::Multi(2));
+    assert!(v.safe(), "{v:?}");
+    assert_eq!((v.holds.len(), v.writes), (4, (4, 0)));
+    assert!(
+        v.token_breaks.is_empty(),
+        "tokens of two locks compared: {v:?}"
+    );
+    // The second lock overlapped, both writes taken; the first lock fenced its late write.
+    let mut h = History::new();
+    h.part(0)
+        .hold(0, (0, 100), 1, Write::Rejected)
+        .hold(1, (50, 60), 2, ok(1))
+        .part(1)
+        .hold(
+            0,
+            (0, 100),
+            1,
+            Write::Accepted {
+                value: 1,
+                stale: true,
+            },
+        )
+        .hold(1, (50, 60), 2, ok(1));
+    let v = h.check_by(200, Rule::Multi(2));
+    assert_eq!(v.overlaps.len(), 2, "{v:?}");
+    assert_eq!(v.unfenced_overlaps(), 1, "{v:?}");
+    let unfenced = v.overlaps.iter().find(|o| !o.fenced).unwrap();
+    assert_eq!(v.holds[unfenced.holds.0].part, 1, "{v:?}");
+    assert_eq!(v.stale_writes.len(), 1);
+    assert_eq!(v.holds[v.stale_writes[0]].part, 1);
+    // A kill (process-wide) ends the process's holds on both locks.
+    let mut h = History::new();
+    h.part(0)
+        .at(0, 0, Kind::AcquireCall { attempt: 1 })
+        .at(
+            1,
+            0,
+            Kind::Acquired {
+                attempt: 1,
+                token: 1,
+            },
+        )
+        .part(1)
+        .at(0, 0, Kind::AcquireCall { attempt: 1 })
+        .at(
+            1,
+            0,
+            Kind::Acquired {
+                attempt: 1,
+                token: 1,
+            },
+        )
+        .part(0)
+        .at(5, 0, Kind::Killed);
+    let v = h.check_by(40, Rule::Multi(2));
+    assert_eq!(v.holds.len(), 2);
+    assert!(v.holds.iter().all(|h| h.end == 5 * MS), "{v:?}");
 }

@@ -1,9 +1,11 @@
 //! The client processes of a verify run: started, paused, killed and respawned by PID.
 //!
-//! - `process`: the hidden `fencelock verify-client`, one client's loop.
+//! - `process`: the hidden `fencelock verify-client`, one client's loop; `family`: the
+//!   registers of the read-write lock's readers and of the semaphore's permits.
 //! - [`Fleet`]: the K processes of one run, one lane each; a killed client is replaced by a
 //!   new process in the same lane.
 
+mod family;
 mod process;
 
 use std::os::unix::process::ExitStatusExt;
@@ -48,6 +50,8 @@ pub struct Spec {
     pub password: Option<String>,
     /// What the clients contend for.
     pub primitive: Primitive,
+    /// The semaphore's number of permits.
+    pub permits: u32,
 }
 
 /// A client caught between its read and its write: holding the lock, about to write.
@@ -115,6 +119,7 @@ impl Fleet {
             .args(["--hold-max", &ms(s.hold_max), "--client", &lane.to_string()])
             .args(["--seed", &seed.to_string(), "--until", &s.until.to_string()])
             .args(["--primitive", s.primitive.as_arg()])
+            .args(["--permits", &s.permits.to_string()])
             .arg("--events")
             .arg(self.lane_file(lane));
         if !s.fencing {

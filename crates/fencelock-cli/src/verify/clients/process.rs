@@ -6,7 +6,12 @@
 //!
 //! With `--primitive election` it campaigns instead (its value `<lane>/<pid>`), writes with
 //! its term and resigns; and for the whole run it observes the election, recording each
-//! leader its observer reports.
+//! leader its observer reports. The lock family (`family.rs`): with `rwlock` each attempt
+//! takes the write side (one in three, seeded) or the read side, and a reader ends with a
+//! checked read instead of a write; with `semaphore` it takes a permit and writes a register
+//! that keeps the N highest tokens; with `multi` it takes two locks and writes each one's
+//! register with that lock's token. Events of a reader, or of a multi-lock's second lock,
+//! carry their part (`events.rs`).
 
 use std::path::PathBuf;
 use std::sync::LazyLock;
@@ -14,11 +19,15 @@ use std::time::Duration;
 
 use clap::Args;
 use fencelock::fenced::{FencedRegister, FencedWrite};
-use fencelock::{Client, ClientOptions, Election, Error, Guard, Leadership, Lock, Released};
+use fencelock::{
+    Client, ClientOptions, Election, Error, Guard, Leadership, Lock, MultiGuard, MultiLock, RwLock,
+    Semaphore,
+};
 use redis::aio::MultiplexedConnection;
 use tokio_util::sync::CancellationToken;
 
-use crate::verify::args::Primitive;
+use super::family;
+use crate::verify::args::{multi_name, Primitive, MULTI_LOCKS};
 use crate::verify::events::{now, Kind, Recorder};
 use crate::verify::rng::Rng;
 use crate::{exit, parse_duration};
@@ -65,51 +74,96 @@ pub struct ClientArgs {
     /// What to contend for.
     #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
     pub primitive: Primitive,
+    /// The semaphore's number of permits (`--primitive semaphore`).
+    #[arg(long, default_value_t = 1)]
+    pub permits: u32,
 }
 
-/// What a client contends for: a lock, or an election (with the value it advertises).
+/// What a client contends for: a lock, an election (with the value it advertises), a
+/// read-write lock, a semaphore, or a multi-lock.
 enum Contender {
     Lock(Box<Lock>),
     Election(Election, String),
+    Rw(Box<RwLock>),
+    Permit(Box<Semaphore>),
+    Multi(Box<MultiLock>),
 }
 
-/// What a client holds: a lock's guard, or an election's leadership (its term is its token).
+/// What a client holds: a lock's guard (a writer's, a permit's), a reader's guard, an
+/// election's leadership (its term is its token), or a multi-lock's guard.
 enum Holding {
     Guard(Guard),
+    Reading(Guard),
     Leading(Leadership),
+    All(MultiGuard),
+}
+
+/// One holding of an attempt: its part (see `Event::part`), token and lost signal.
+struct Part {
+    part: u8,
+    token: u64,
+    lost: CancellationToken,
 }
 
 impl Contender {
-    async fn acquire_timeout(&self, wait: Duration) -> Result<Holding, Error> {
+    /// The parts an attempt concerns (`reader`: a read-write lock's attempt reads).
+    fn parts(&self, reader: bool) -> Vec<u8> {
+        match self {
+            Contender::Multi(_) => (0..MULTI_LOCKS).collect(),
+            Contender::Rw(_) if reader => vec![1],
+            _ => vec![0],
+        }
+    }
+
+    async fn acquire_timeout(&self, wait: Duration, reader: bool) -> Result<Holding, Error> {
         match self {
             Contender::Lock(lock) => lock.acquire_timeout(wait).await.map(Holding::Guard),
             Contender::Election(election, value) => election
                 .campaign_timeout(value, wait)
                 .await
                 .map(Holding::Leading),
+            Contender::Rw(rw) if reader => {
+                rw.read().acquire_timeout(wait).await.map(Holding::Reading)
+            }
+            Contender::Rw(rw) => rw.write().acquire_timeout(wait).await.map(Holding::Guard),
+            Contender::Permit(s) => s.acquire_timeout(wait).await.map(Holding::Guard),
+            Contender::Multi(m) => m.acquire_timeout(wait).await.map(Holding::All),
         }
     }
 }
 
 impl Holding {
-    fn token(&self) -> u64 {
+    /// Its holdings, by part; `names` are a multi-lock's names by part.
+    fn parts(&self, names: &[String]) -> Vec<Part> {
+        let one = |part, g: &Guard| Part {
+            part,
+            token: g.fencing_token(),
+            lost: g.lost_token(),
+        };
         match self {
-            Holding::Guard(g) => g.fencing_token(),
-            Holding::Leading(l) => l.term(),
+            Holding::Guard(g) => vec![one(0, g)],
+            Holding::Reading(g) => vec![one(1, g)],
+            Holding::Leading(l) => vec![Part {
+                part: 0,
+                token: l.term(),
+                lost: l.lost_token(),
+            }],
+            Holding::All(m) => m
+                .guards()
+                .iter()
+                .map(|g| {
+                    let part = names.iter().position(|n| n == g.name()).unwrap_or(0);
+                    one(part as u8, g)
+                })
+                .collect(),
         }
     }
 
-    fn lost_token(&self) -> CancellationToken {
+    async fn release(self) -> Result<(), Error> {
         match self {
-            Holding::Guard(g) => g.lost_token(),
-            Holding::Leading(l) => l.lost_token(),
-        }
-    }
-
-    async fn release(self) -> Result<Released, Error> {
-        match self {
-            Holding::Guard(g) => g.release().await,
-            Holding::Leading(l) => l.resign().await,
+            Holding::Guard(g) | Holding::Reading(g) => g.release().await.map(drop),
+            Holding::Leading(l) => l.resign().await.map(drop),
+            Holding::All(m) => m.release().await.map(drop),
         }
     }
 }
@@ -149,7 +203,10 @@ struct Ctx {
     args: ClientArgs,
     rec: Recorder,
     contender: Contender,
-    register: FencedRegister,
+    /// The registers, by part (one but with a multi-lock: a reader reads the writers').
+    registers: Vec<FencedRegister>,
+    /// A multi-lock's names, by part.
+    names: Vec<String>,
     conn: MultiplexedConnection,
     rng: Rng,
 }
@@ -174,35 +231,35 @@ pub async fn client(args: ClientArgs) -> u8 {
         Ok(c) => c.get_multiplexed_async_connection().await,
         Err(e) => Err(e),
     };
-    let (client, conn, register) = match (connected, conn, FencedRegister::new(&args.register_key))
-    {
-        (Ok(client), Ok(conn), Ok(register)) => (client, conn, register),
-        (client, conn, register) => {
+    let parts = match args.primitive {
+        Primitive::Multi => MULTI_LOCKS,
+        _ => 1,
+    };
+    let registers: Result<Vec<FencedRegister>, _> = (0..parts)
+        .map(|p| FencedRegister::new(&multi_name(&args.register_key, p)))
+        .collect();
+    let (client, conn, registers) = match (connected, conn, registers) {
+        (Ok(client), Ok(conn), Ok(registers)) => (client, conn, registers),
+        (client, conn, registers) => {
             eprintln!(
                 "verify-client {}: cannot start: {:?} {:?} {:?}",
                 args.client,
                 client.err(),
                 conn.err(),
-                register.err()
+                registers.err()
             );
             return exit::CONNECTION;
         }
     };
-    let contender = match args.primitive {
-        Primitive::Mutex => Contender::Lock(Box::new(client.lock(&args.lock))),
-        Primitive::Election => {
-            let election = client.election(&args.lock);
-            tokio::spawn(observe(election.clone(), rec.clone()));
-            let value = format!("{}/{}", args.client, std::process::id());
-            Contender::Election(election, value)
-        }
-    };
+    let names: Vec<String> = (0..parts).map(|p| multi_name(&args.lock, p)).collect();
+    let contender = contender(&client, &args, &rec, &names);
     let mut ctx = Ctx {
         contender,
+        registers,
+        names,
         rng: Rng::new(args.seed),
         args,
         rec,
-        register,
         conn,
     };
     let mut attempt = 0;
@@ -217,65 +274,132 @@ pub async fn client(args: ClientArgs) -> u8 {
     0
 }
 
+/// What the client contends for, as its arguments say (an election is also observed).
+fn contender(client: &Client, args: &ClientArgs, rec: &Recorder, names: &[String]) -> Contender {
+    match args.primitive {
+        Primitive::Mutex => Contender::Lock(Box::new(client.lock(&args.lock))),
+        Primitive::Election => {
+            let election = client.election(&args.lock);
+            tokio::spawn(observe(election.clone(), rec.clone()));
+            let value = format!("{}/{}", args.client, std::process::id());
+            Contender::Election(election, value)
+        }
+        Primitive::Rwlock => Contender::Rw(Box::new(client.rw_lock(&args.lock))),
+        Primitive::Semaphore => {
+            Contender::Permit(Box::new(client.semaphore(&args.lock, args.permits)))
+        }
+        Primitive::Multi => {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            Contender::Multi(Box::new(client.multi_lock(&names)))
+        }
+    }
+}
+
+/// Records `kind` as an event of each of `parts`.
+fn record_each(rec: &Recorder, parts: &[u8], kind: impl Fn() -> Kind) {
+    for &part in parts {
+        rec.part(part).record(kind());
+    }
+}
+
 /// One acquisition and its critical section.
 async fn one_hold(ctx: &mut Ctx, attempt: u64) {
-    ctx.rec.record(Kind::AcquireCall { attempt });
+    // A read-write lock's attempt writes one time in three.
+    let reader = matches!(ctx.contender, Contender::Rw(_)) && ctx.rng.below(3) != 0;
+    let parts = ctx.contender.parts(reader);
+    record_each(&ctx.rec, &parts, || Kind::AcquireCall { attempt });
     let left = Duration::from_nanos(ctx.args.until.saturating_sub(now()));
     let wait = left.clamp(Duration::from_millis(100), Duration::from_secs(3));
-    let guard = match ctx.contender.acquire_timeout(wait).await {
-        Ok(guard) => guard,
+    let holding = match ctx.contender.acquire_timeout(wait, reader).await {
+        Ok(holding) => holding,
         Err(e) => {
             let error = e.to_string();
-            let kind = match e {
-                // Gave up waiting on a holder, or refused before any I/O: surely not taken.
-                Error::Timeout { .. } | Error::InvalidInput(_) => {
-                    Kind::NotAcquired { attempt, error }
-                }
-                _ => Kind::AcquireUnknown { attempt, error },
-            };
-            ctx.rec.record(kind);
+            // Gave up waiting on a holder, or refused before any I/O: surely not taken.
+            let surely = matches!(e, Error::Timeout { .. } | Error::InvalidInput(_));
+            record_each(&ctx.rec, &parts, || match surely {
+                true => Kind::NotAcquired {
+                    attempt,
+                    error: error.clone(),
+                },
+                false => Kind::AcquireUnknown {
+                    attempt,
+                    error: error.clone(),
+                },
+            });
             // A server that is down answers at once: do not spin.
             tokio::time::sleep(Duration::from_millis(50)).await;
             return;
         }
     };
-    let token = guard.token();
-    ctx.rec.record(Kind::Acquired { attempt, token });
-    let lost = guard.lost_token();
-    let rec = ctx.rec.clone();
-    let watcher = tokio::spawn(async move {
-        lost.cancelled().await;
-        rec.record(Kind::Lost { attempt, token });
-    });
-    let read = ctx.register.read(&mut ctx.conn).await;
-    let (value, written_with) = match &read {
-        Ok(Some(f)) => (
-            std::str::from_utf8(&f.value)
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok()),
-            Some(f.token),
-        ),
-        _ => (None, None),
-    };
-    ctx.rec.record(Kind::Read {
-        attempt,
-        value,
-        token: written_with,
-    });
-    if read.is_ok() {
-        let hold = ctx.rng.below(ctx.args.hold_max.as_millis() as u64);
-        tokio::time::sleep(Duration::from_millis(hold)).await;
-        write(ctx, attempt, token, value.unwrap_or(0) + 1).await;
+    let held = holding.parts(&ctx.names);
+    let mut watchers = Vec::new();
+    for p in &held {
+        let (rec, token) = (ctx.rec.part(p.part), p.token);
+        rec.record(Kind::Acquired { attempt, token });
+        let lost = p.lost.clone();
+        watchers.push(tokio::spawn(async move {
+            lost.cancelled().await;
+            rec.record(Kind::Lost { attempt, token });
+        }));
     }
+    critical_section(ctx, attempt, &held).await;
     // Stop watching first: a release ends the guard's life, which is not a loss.
-    watcher.abort();
-    let ok = guard.release().await.is_ok();
-    ctx.rec.record(Kind::Released { attempt, ok });
+    watchers.iter().for_each(|w| w.abort());
+    let ok = holding.release().await.is_ok();
+    let parts: Vec<u8> = held.iter().map(|p| p.part).collect();
+    record_each(&ctx.rec, &parts, || Kind::Released { attempt, ok });
 }
 
-/// Writes `value` with `token`, fenced or not, and records the outcome.
-async fn write(ctx: &mut Ctx, attempt: u64, token: u64, value: u64) {
-    ctx.rec.record(Kind::WriteCall {
+/// Reads each part's register, holds for a random time, and writes each (a reader: its
+/// checked read).
+async fn critical_section(ctx: &mut Ctx, attempt: u64, held: &[Part]) {
+    let mut values = Vec::new();
+    for p in held {
+        let register = &ctx.registers[usize::from(p.part).min(ctx.registers.len() - 1)];
+        let read = register.read(&mut ctx.conn).await;
+        let (value, written_with) = match &read {
+            Ok(Some(f)) => (
+                std::str::from_utf8(&f.value)
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok()),
+                Some(f.token),
+            ),
+            _ => (None, None),
+        };
+        ctx.rec.part(p.part).record(Kind::Read {
+            attempt,
+            value,
+            token: written_with,
+        });
+        if read.is_err() {
+            return;
+        }
+        values.push(value.unwrap_or(0));
+    }
+    let hold = ctx.rng.below(ctx.args.hold_max.as_millis() as u64);
+    tokio::time::sleep(Duration::from_millis(hold)).await;
+    for (p, value) in held.iter().zip(values) {
+        let to = family::Target {
+            rec: ctx.rec.part(p.part),
+            conn: &mut ctx.conn,
+            key: ctx.registers[0].key(),
+            fenced: !ctx.args.no_fencing,
+        };
+        match (ctx.args.primitive, p.part) {
+            (Primitive::Rwlock, 1) => family::checked_read(to, attempt, p.token).await,
+            (Primitive::Semaphore, _) => {
+                family::permit_write(to, ctx.args.permits, attempt, p.token, value + 1).await
+            }
+            _ => write(ctx, attempt, p.part, p.token, value + 1).await,
+        }
+    }
+}
+
+/// Writes `value` with `token` to `part`'s register, fenced or not, and records the outcome.
+async fn write(ctx: &mut Ctx, attempt: u64, part: u8, token: u64, value: u64) {
+    let rec = ctx.rec.part(part);
+    let register = &ctx.registers[usize::from(part).min(ctx.registers.len() - 1)];
+    rec.record(Kind::WriteCall {
         attempt,
         token,
         value,
@@ -283,7 +407,7 @@ async fn write(ctx: &mut Ctx, attempt: u64, token: u64, value: u64) {
     let text = value.to_string();
     let kind = if ctx.args.no_fencing {
         let stale: redis::RedisResult<i64> = UNFENCED
-            .key(ctx.register.key())
+            .key(register.key())
             .arg(token.to_string())
             .arg(&text)
             .invoke_async(&mut ctx.conn)
@@ -302,11 +426,7 @@ async fn write(ctx: &mut Ctx, attempt: u64, token: u64, value: u64) {
             },
         }
     } else {
-        match ctx
-            .register
-            .write(&mut ctx.conn, token, text.as_bytes())
-            .await
-        {
+        match register.write(&mut ctx.conn, token, text.as_bytes()).await {
             Ok(FencedWrite::Rejected { highest }) => Kind::WriteRejected {
                 attempt,
                 token,
@@ -325,5 +445,5 @@ async fn write(ctx: &mut Ctx, attempt: u64, token: u64, value: u64) {
             },
         }
     };
-    ctx.rec.record(kind);
+    rec.record(kind);
 }

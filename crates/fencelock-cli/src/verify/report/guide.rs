@@ -95,6 +95,14 @@ pub fn violations(out: &mut String, run: &RunReport) {
             format!("{} – {}", t(o.from), t(o.to)),
         ));
     }
+    for c in v.crowds.iter().filter(|c| !c.fenced) {
+        let holds: Vec<String> = c.holds.iter().map(|&i| hold(i)).collect();
+        rows.push((
+            "more permit holders than permits, their writes accepted",
+            holds.join("<br/>"),
+            t(c.at),
+        ));
+    }
     for &i in &v.stale_writes {
         let at = v.holds.get(i).and_then(|h| h.write_returned).unwrap_or(0);
         rows.push(("stale write accepted", hold(i), t(at)));
@@ -179,9 +187,13 @@ pub fn recoveries(out: &mut String, report: &Report) {
 /// What each figure of the checks table means.
 pub const FIGURES: &str = "<dl class=\"figures\">\
 <dt>holds</dt><dd>Times a client acquired the lock.</dd>\
-<dt>(a) overlapping pairs of holds (unfenced)</dt><dd>Pairs of holds that were both live at \
-some moment; in brackets, those where the register accepted both writes. Fenced overlaps are \
-safe; unfenced ones are violations.</dd>\
+<dt>(a) overlapping pairs of holds, or crowds past N permits (unfenced)</dt><dd>Pairs of \
+holds that were both live at some moment; in brackets, those where the register accepted both \
+writes. Fenced overlaps are safe; unfenced ones are violations. A read-write lock's readers \
+share: only pairs with a writer count, and a reader's checked read (refused once a later \
+writer wrote) stands for its write. A semaphore of N counts crowds instead: moments when more \
+than N holds were live, unfenced when more than N of their writes were accepted. A \
+multi-lock is checked lock by lock.</dd>\
 <dt>(b) stale writes accepted</dt><dd>Writes the register took from a holder whose token was \
 already superseded.</dd>\
 <dt>(c) token-order breaks</dt><dd>A later holder got a smaller token than an earlier one.</dd>\

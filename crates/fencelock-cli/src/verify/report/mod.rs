@@ -73,13 +73,17 @@ pub fn verdict_line(run: &RunReport) -> String {
         "NOT LIVE within the bound"
     };
     format!(
-        "{}{}: {safety}, {liveness}: {} holds, {} overlapping pairs ({} unfenced), {} stale \
+        "{}{}: {safety}, {liveness}: {} holds, {} overlapping pairs{} ({} unfenced), {} stale \
          writes accepted, {} token-order breaks, {} lost updates, {} acquires of unknown outcome, \
          observer breaks {}, writes {} taken / {} refused; faults {}/{} happened",
         run.name,
         if run.fencing { "" } else { " (no fencing)" },
         v.holds.len(),
         v.overlaps.len(),
+        match v.crowds.is_empty() {
+            true => String::new(),
+            false => format!(" and {} crowds past N permits", v.crowds.len()),
+        },
         v.unfenced_overlaps(),
         v.stale_writes.len(),
         v.token_breaks.len(),
@@ -184,11 +188,17 @@ fn summary(out: &mut String, report: &Report) {
     type Row = (&'static str, fn(&RunReport) -> (String, bool));
     let rows: [Row; 9] = [
         ("holds", |r| (r.verdict.holds.len().to_string(), true)),
-        ("(a) overlapping pairs of holds (unfenced)", |r| {
-            let v = &r.verdict;
-            let n = v.unfenced_overlaps();
-            (format!("{} ({n})", v.overlaps.len()), n == 0)
-        }),
+        (
+            "(a) overlapping pairs of holds, or crowds past N permits (unfenced)",
+            |r| {
+                let v = &r.verdict;
+                let n = v.unfenced_overlaps();
+                (
+                    format!("{} ({n})", v.overlaps.len() + v.crowds.len()),
+                    n == 0,
+                )
+            },
+        ),
         ("(b) stale writes accepted", |r| {
             let n = r.verdict.stale_writes.len();
             (n.to_string(), n == 0)
