@@ -119,7 +119,8 @@ fn curator_program() -> Result<(PathBuf, String, PathBuf), TestkitError> {
 }
 
 /// A command that runs `CuratorBench` (`java/CuratorBench.java` in this crate: Curator's
-/// `InterProcessMutex` measured as fencelock's benchmark measures its locks) with `args`
+/// `InterProcessMutex`, `InterProcessReadWriteLock` and `InterProcessSemaphoreV2` measured as
+/// fencelock's benchmarks measure their locks) with `args`
 /// (see the program's header for them and for its stdin/stdout protocol), compiled on first
 /// use with the Java and class path [`CuratorLock`] uses. Stdin and stdout are piped; stderr
 /// (Curator's log) is discarded.
