@@ -13,7 +13,7 @@
 //! - **etcd**: read, write and permit pairs/s against a raw `put` + `delete` pair.
 //!
 //! `cargo bench -p fencelock --features redis,zookeeper,etcd --bench family -- [--quick]
-//! [--markdown docs/PERFORMANCE-family.md] [--json PATH]`.
+//! [--markdown docs/PERFORMANCE-family.md] [--json PATH] [--only zookeeper|redis|etcd]`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -71,9 +71,20 @@ fn main() {
         .build()
         .unwrap();
     let json_path = arg("--json").unwrap_or_else(|| root("target/bench-family.json"));
-    let zookeeper = zookeeper::run(&runtime, plan);
-    let redis = runtime.block_on(redis_rows::run(plan));
-    let etcd = runtime.block_on(etcd::run(plan));
+    let only = arg("--only");
+    let wanted = |service: &str| only.as_deref().is_none_or(|o| o == service);
+    let mut zookeeper = json!(null);
+    if wanted("zookeeper") {
+        zookeeper = zookeeper::run(&runtime, plan);
+    }
+    let mut redis = json!(null);
+    if wanted("redis") {
+        redis = runtime.block_on(redis_rows::run(plan));
+    }
+    let mut etcd = json!(null);
+    if wanted("etcd") {
+        etcd = runtime.block_on(etcd::run(plan));
+    }
     let report = json!({
         "quick": quick,
         "plan": {
