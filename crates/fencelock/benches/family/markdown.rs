@@ -161,6 +161,9 @@ fn etcd(e: &Value) -> String {
     out
 }
 
+/// One service's section of the document.
+type Section = fn(&Value) -> String;
+
 /// The whole document.
 pub fn markdown(report: &Value) -> String {
     let p = &report["plan"];
@@ -174,7 +177,7 @@ pub fn markdown(report: &Value) -> String {
         if report["quick"].as_bool() == Some(true) { ", `--quick`" } else { "" },
         p["slices"], p["slice_secs"], p["contend_slices"], p["contend_secs"],
     );
-    let sections: [(&str, fn(&Value) -> String); 3] =
+    let sections: [(&str, Section); 3] =
         [("zookeeper", zookeeper), ("redis", redis), ("etcd", etcd)];
     for (service, section) in sections {
         if !report[service].is_null() {
