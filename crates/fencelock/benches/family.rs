@@ -60,7 +60,7 @@ fn main() {
         }
     } else {
         Plan {
-            slices: 15,
+            slices: 21,
             slice_secs: 0.4,
             contend_slices: 7,
             contend_secs: 1.5,

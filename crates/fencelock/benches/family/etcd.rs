@@ -40,7 +40,9 @@ pub async fn run(plan: Plan) -> Value {
     let raw = etcd_client::Client::connect([endpoint], None)
         .await
         .unwrap();
+    // The mutex pair is measured too, for comparison (it has no target here).
     let kinds = [
+        Primitive::Mutex,
         Primitive::Read,
         Primitive::Write,
         Primitive::Permit(PERMITS),

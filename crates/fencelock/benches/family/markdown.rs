@@ -26,22 +26,25 @@ fn zookeeper(z: &Value) -> String {
          that waited for it. `rw-read` contended: the even workers take the write side and the \
          odd ones the read side, and the gap is the readers' (the writers' in brackets). A ratio \
          is Curator's figure over fencelock's: 1 or more is at least as good as Curator.\n\n\
-         | row | fencelock pairs/s | Curator pairs/s | ratio | target ≥ 1 |\n|---|---|---|---|---|\n",
+         Requests: what the server received per pair (`mntr`'s `zk_packets_received`).\n\n\
+         | row | fencelock pairs/s | Curator pairs/s | ratio | target ≥ 1 | requests per pair: fencelock | Curator |\n|---|---|---|---|---|---|---|\n",
         z["permits"], z["workers"], z["hold_us"]
     );
     let rows = &z["rows"];
     for label in ["rw-read", "rw-write", "semaphore"] {
         let u = &rows[label]["uncontended"];
         if let Some(e) = u["not_measured"].as_str() {
-            out += &format!("| {label} | not measured: {e} | | | |\n");
+            out += &format!("| {label} | not measured: {e} | | | | | |\n");
             continue;
         }
         out += &format!(
-            "| {label} | {:.0} | {:.0} | {:.2} (fencelock/Curator) | {} |\n",
+            "| {label} | {:.0} | {:.0} | {:.2} (fencelock/Curator) | {} | {:.2} | {:.2} |\n",
             f(&u["pairs_per_sec"]),
             f(&u["curator_pairs_per_sec"]),
             f(&u["ratio"]),
             mark(&u["met"]),
+            f(&u["requests_per_pair"]),
+            f(&u["curator_requests_per_pair"]),
         );
     }
     out += "\n| row, 8 workers | fencelock gap median (p99) µs | Curator gap median (p99) µs | ratio median / p99 | rule broken | target: ≤ Curator |\n|---|---|---|---|---|---|\n";

@@ -18,6 +18,16 @@ const PERMITS: u32 = 3;
 const WORKERS: usize = 8;
 const HOLD: Duration = Duration::from_millis(1);
 
+/// Requests the server has received (`mntr`'s `zk_packets_received`, as `bench/zookeeper.rs`
+/// counts them: the difference of two readings is one more than the requests between them).
+fn packets_received(server: &ZooKeeperServer) -> f64 {
+    let mntr = server.four_letter("mntr").expect("mntr");
+    mntr.lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("zk_packets_received in mntr")
+}
+
 /// A running `CuratorBench`: one `RESULT` per slice.
 struct Curator {
     child: Child,
@@ -111,13 +121,20 @@ fn uncontended(
         Err(e) => return json!({ "not_measured": e }),
     };
     let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut our_requests, mut their_requests) = (Vec::new(), Vec::new());
     for _ in 0..plan.slices {
+        let before = packets_received(server);
         let mine = rt.block_on(rate(plan.slice_secs, || taker.pair()));
+        let between = packets_received(server);
         let r = match curator.slice() {
             Ok(r) => r,
             Err(e) => return json!({ "not_measured": e }),
         };
-        let peer = r["pairs"].as_f64().unwrap_or(0.0) / r["secs"].as_f64().unwrap_or(1.0);
+        let after = packets_received(server);
+        let pairs = r["pairs"].as_f64().unwrap_or(0.0);
+        let peer = pairs / r["secs"].as_f64().unwrap_or(1.0);
+        our_requests.push((between - before - 1.0) / (mine * plan.slice_secs));
+        their_requests.push((after - between - 1.0) / pairs);
         ours.push(mine);
         theirs.push(peer);
         ratios.push(mine / peer);
@@ -128,6 +145,8 @@ fn uncontended(
         "pairs_per_sec": median(ours.clone()),
         "curator_pairs_per_sec": median(theirs.clone()),
         "ratio": median(ratios.clone()),
+        "requests_per_pair": median(our_requests),
+        "curator_requests_per_pair": median(their_requests),
         "slices": { "fencelock": ours, "curator": theirs, "ratio": ratios },
         "met": median(ratios) >= 1.0,
     })
