@@ -70,20 +70,25 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    // Uncontended rows run on a current-thread runtime, as `bench.rs` measures the mutex.
+    let single = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let json_path = arg("--json").unwrap_or_else(|| root("target/bench-family.json"));
     let only = arg("--only");
     let wanted = |service: &str| only.as_deref().is_none_or(|o| o == service);
     let mut zookeeper = json!(null);
     if wanted("zookeeper") {
-        zookeeper = zookeeper::run(&runtime, plan);
+        zookeeper = zookeeper::run(&runtime, &single, plan);
     }
     let mut redis = json!(null);
     if wanted("redis") {
-        redis = runtime.block_on(redis_rows::run(plan));
+        redis = redis_rows::run(&runtime, &single, plan);
     }
     let mut etcd = json!(null);
     if wanted("etcd") {
-        etcd = runtime.block_on(etcd::run(plan));
+        etcd = single.block_on(etcd::run(plan));
     }
     let report = json!({
         "quick": quick,

@@ -66,12 +66,23 @@ pub async fn run(plan: Plan) -> Value {
     let mut ours: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
     let mut sent: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
-    for _ in 0..plan.slices {
-        let (reference, requests) = counted(&server, plan.slice_secs, raw_pair).await;
-        raws.push(reference);
-        raw_requests.push(requests);
-        for (i, t) in takers.iter().enumerate() {
-            let (r, requests) = counted(&server, plan.slice_secs, || t.pair()).await;
+    for slice in 0..plan.slices {
+        // The reference's place in the round moves each slice, so that no row always
+        // follows it.
+        let at = slice % (kinds.len() + 1);
+        let mut round = Vec::new();
+        for turn in 0..=kinds.len() {
+            if turn == at {
+                let (reference, requests) = counted(&server, plan.slice_secs, raw_pair).await;
+                raws.push(reference);
+                raw_requests.push(requests);
+            } else {
+                let t = &takers[if turn < at { turn } else { turn - 1 }];
+                round.push(counted(&server, plan.slice_secs, || t.pair()).await);
+            }
+        }
+        let reference = raws[raws.len() - 1];
+        for (i, (r, requests)) in round.into_iter().enumerate() {
             ours[i].push(r);
             sent[i].push(requests);
             ratios[i].push(r / reference);

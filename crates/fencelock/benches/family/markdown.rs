@@ -161,7 +161,12 @@ fn etcd(e: &Value) -> String {
             f(&row["ratio"]),
         );
     }
-    out
+    out + "\nfencelock's mutex pair is measured in the same run for comparison: what separates \
+           it from the raw pair is the recipe's (each of its two requests is a transaction with \
+           range reads, not a plain put or delete), what separates a family row from it is the \
+           family's own. The permit pair sends a third request on every acquire: the \
+           transaction that stores N in the semaphore's key, or reads it to compare \
+           (`recipe::store_permits`).\n"
 }
 
 /// One service's section of the document.

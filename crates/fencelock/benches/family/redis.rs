@@ -137,28 +137,35 @@ async fn utilisation(server: &RedisServer, hold: Duration, secs: f64) -> Value {
     })
 }
 
-/// Every Redis row on one server of the test kit, or why not measured (a service that
-/// refuses read-write locks or semaphores).
-pub async fn run(plan: Plan) -> Value {
-    let server = RedisServer::start().expect("redis-server");
+/// The probe (does the service offer the family?) and the server time, on `client`.
+async fn uncontended(server: &RedisServer, plan: Plan) -> Result<Value, Value> {
     let client = Client::connect(&server.url()).await.unwrap();
     for probe in [Primitive::Read, Primitive::Permit(PERMITS)] {
-        if let Err(e) = probe
-            .taker(&client, &format!("probe-{}", probe.label()), None)
-            .take()
-            .await
-        {
+        let taker = probe.taker(&client, &format!("probe-{}", probe.label()), None);
+        if let Err(e) = taker.take().await {
             client.close().await.unwrap();
-            return json!({ "not_measured": format!("{}: {e}", probe.label()) });
+            return Err(json!({ "not_measured": format!("{}: {e}", probe.label()) }));
         }
         // The probe's guard was dropped: its release runs in the background.
     }
-    let time = server_time(&server, &client, plan).await;
+    let time = server_time(server, &client, plan).await;
     client.close().await.unwrap();
+    Ok(time)
+}
+
+/// Every Redis row on one server of the test kit (uncontended on the current-thread runtime
+/// `single`, as `bench.rs` measures the mutex), or why not measured (a service that refuses
+/// read-write locks or semaphores).
+pub fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime, plan: Plan) -> Value {
+    let server = RedisServer::start().expect("redis-server");
+    let time = match single.block_on(uncontended(&server, plan)) {
+        Ok(time) => time,
+        Err(why) => return why,
+    };
     let secs = plan.contend_secs * plan.contend_slices as f64;
     let mut busy = Vec::new();
     for hold in [Duration::from_millis(10), Duration::from_millis(1)] {
-        busy.push(utilisation(&server, hold, secs).await);
+        busy.push(multi.block_on(utilisation(&server, hold, secs)));
     }
     json!({
         "permits": PERMITS,

@@ -94,6 +94,13 @@ impl Drop for Curator {
     }
 }
 
+/// One Curator slice, and the server requests it sent.
+fn counted_slice(curator: &mut Curator, server: &ZooKeeperServer) -> (Result<Value, String>, f64) {
+    let before = packets_received(server);
+    let r = curator.slice();
+    (r, packets_received(server) - before - 1.0)
+}
+
 /// `CuratorBench`'s arguments after the mode's own: the primitive (and N).
 fn primitive_args(p: Primitive) -> Vec<String> {
     let mut args = vec![p.label().to_owned()];
@@ -122,19 +129,21 @@ fn uncontended(
     };
     let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut our_requests, mut their_requests) = (Vec::new(), Vec::new());
-    for _ in 0..plan.slices {
+    for i in 0..plan.slices {
+        // Who goes first alternates, so that neither side always follows the other.
+        let early = (i % 2 == 1).then(|| counted_slice(&mut curator, server));
         let before = packets_received(server);
         let mine = rt.block_on(rate(plan.slice_secs, || taker.pair()));
-        let between = packets_received(server);
-        let r = match curator.slice() {
-            Ok(r) => r,
-            Err(e) => return json!({ "not_measured": e }),
+        let mine_requests = packets_received(server) - before - 1.0;
+        let (r, peer_requests) = match early.unwrap_or_else(|| counted_slice(&mut curator, server))
+        {
+            (Ok(r), requests) => (r, requests),
+            (Err(e), _) => return json!({ "not_measured": e }),
         };
-        let after = packets_received(server);
         let pairs = r["pairs"].as_f64().unwrap_or(0.0);
         let peer = pairs / r["secs"].as_f64().unwrap_or(1.0);
-        our_requests.push((between - before - 1.0) / (mine * plan.slice_secs));
-        their_requests.push((after - between - 1.0) / pairs);
+        our_requests.push(mine_requests / (mine * plan.slice_secs));
+        their_requests.push(peer_requests / pairs);
         ours.push(mine);
         theirs.push(peer);
         ratios.push(mine / peer);
@@ -182,7 +191,9 @@ fn contended(
         Err(e) => return json!({ "not_measured": e }),
     };
     let mut rows = Vec::new();
-    for _ in 0..plan.contend_slices {
+    for i in 0..plan.contend_slices {
+        // Who goes first alternates, so that neither side always follows the other.
+        let early = (i % 2 == 1).then(|| curator.slice());
         let ours = rt.block_on(contend(
             takers.clone(),
             limit,
@@ -190,7 +201,7 @@ fn contended(
             HOLD,
             plan.contend_secs,
         ));
-        let theirs = match curator.slice() {
+        let theirs = match early.unwrap_or_else(|| curator.slice()) {
             Ok(r) => r,
             Err(e) => return json!({ "not_measured": e }),
         };
@@ -246,7 +257,9 @@ fn summary(rows: Vec<Value>) -> Value {
 }
 
 /// Every ZooKeeper row on one server of the test kit.
-pub fn run(rt: &tokio::runtime::Runtime, plan: Plan) -> Value {
+/// Uncontended rows run on the current-thread runtime `single` (as `bench.rs` measures the
+/// mutex), contended ones on `multi`.
+pub fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime, plan: Plan) -> Value {
     let server = ZooKeeperServer::start().expect("ZooKeeper");
     let mut rows = serde_json::Map::new();
     for p in [
@@ -254,8 +267,8 @@ pub fn run(rt: &tokio::runtime::Runtime, plan: Plan) -> Value {
         Primitive::Write,
         Primitive::Permit(PERMITS),
     ] {
-        let solo = uncontended(rt, &server, p, plan);
-        let busy = contended(rt, &server, p, plan);
+        let solo = uncontended(single, &server, p, plan);
+        let busy = contended(multi, &server, p, plan);
         rows.insert(
             p.label().into(),
             json!({ "uncontended": solo, "contended": busy }),
