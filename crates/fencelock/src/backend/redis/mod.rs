@@ -45,7 +45,7 @@ use self::engine::Engine;
 use self::keys::LockKeys;
 use self::redlock::RedLock;
 use self::server::RedisBackend;
-use self::terms::{ReleaseSink, ReplicaAcks};
+use self::terms::{ReleaseSink, ReplicaAcks, Shape};
 use self::waiters::WaitRegistry;
 use super::{
     Acquired, Connected, Connecting, Ctx, Feed, Kind, Leader, LockRequest, LockService, Released,
@@ -159,6 +159,19 @@ fn no_redlock_election(what: &'static str) -> Error {
     }
 }
 
+/// RedLock's refusal of a read-write lock or a semaphore (`what`).
+fn no_redlock_family(what: &'static str) -> Error {
+    Error::Unsupported {
+        service: "Redis",
+        what,
+        why: "RedLock keeps no wait queue, so it cannot serve readers, writers or permits in \
+              arrival order (N servers handing over independently could each admit others), \
+              and a majority per rule cannot bound the holders: readers and permits granted \
+              on different majorities could exceed N or overlap a writer once a server \
+              restarts empty; use one Redis server, a Sentinel set or a Cluster",
+    }
+}
+
 /// Connects the Redis family (its registry line): one URL, or RedLock's odd number of them.
 pub(crate) fn connect(c: Connecting<'_>) -> BoxFuture<'_, Result<Connected, Error>> {
     Box::pin(async move {
@@ -202,15 +215,21 @@ impl LockService for RedisFamily {
         }
     }
 
-    /// Elections on one deployment (server, Sentinel, Cluster); RedLock refuses them.
+    /// Elections, read-write locks and semaphores on one deployment (server, Sentinel,
+    /// Cluster); RedLock refuses them.
     fn check_kind(&self, kind: Kind<'_>) -> Result<(), Error> {
         match kind {
             Kind::Mutex => Ok(()),
             Kind::Leader { .. } if self.engine.one().is_none() => {
                 Err(no_redlock_election("Election::campaign"))
             }
-            Kind::Leader { .. } => Ok(()),
-            kind => Err(crate::backend::refused(self.name(), kind)),
+            Kind::Read | Kind::Write if self.engine.one().is_none() => {
+                Err(no_redlock_family("a read-write lock"))
+            }
+            Kind::Permit { .. } if self.engine.one().is_none() => {
+                Err(no_redlock_family("a semaphore"))
+            }
+            Kind::Leader { .. } | Kind::Read | Kind::Write | Kind::Permit { .. } => Ok(()),
         }
     }
 
@@ -277,8 +296,13 @@ impl LockService for RedisFamily {
                     .map(|(replicas, timeout)| ReplicaAcks { replicas, timeout }),
                 value: match request.kind {
                     Kind::Leader { value } => Some(value.into()),
-                    // The other kinds are refused before any I/O (`check_kind`).
                     Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => None,
+                },
+                shape: match request.kind {
+                    Kind::Read => Some(Shape::Read),
+                    Kind::Write => Some(Shape::Write),
+                    Kind::Permit { permits, resize } => Some(Shape::Permit { permits, resize }),
+                    Kind::Mutex | Kind::Leader { .. } => None,
                 },
             };
             match wait {

@@ -40,6 +40,15 @@ pub(crate) fn waiter(owner: String, place: Option<&str>, now_us: u64) -> Waiter 
     }
 }
 
+/// A place's client id without a read-write lock's or semaphore's kind (`:r`, `:w`, `:p`:
+/// family.lua).
+fn family_client(client: &str) -> &str {
+    match client.rsplit_once(':') {
+        Some((id, "r" | "w" | "p")) => id,
+        _ => client,
+    }
+}
+
 /// The window and the time taken of a place in the format the release script reads
 /// (queue.lua's parse_place): 'attempt window_ms since_us client', decimal and hex, and an
 /// election participant's ' value' (any text) after it.
@@ -50,7 +59,7 @@ fn parse(place: &str) -> Option<(u64, u64)> {
     let mut parts = place.splitn(5, ' ');
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(attempt), Some(window), Some(since), Some(client))
-            if digits(attempt) && hex(client) =>
+            if digits(attempt) && hex(family_client(client)) =>
         {
             number(window).zip(number(since))
         }
