@@ -533,3 +533,208 @@ async fn a_name_used_as_another_primitive_is_refused_both_ways() {
     p.release().await.unwrap();
     assert!(keys_left(&server, "kind").is_empty());
 }
+
+/// A permit holder whose process is SIGKILLed gives its permit back when its lease ends: the
+/// waiter holds then, with a higher token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holders_permit_comes_back_after_its_lease() {
+    let server = server();
+    let mut child = holder(&server, "dead-permit", "permit");
+    let waiter_client = client_at(&server.url(), 1500).await;
+    eventually(20.0, "the child holds its permit", || {
+        has_key(&server, "dead-permit")
+    })
+    .await;
+    let semaphore = waiter_client.semaphore("dead-permit", 1);
+    let waiter = tokio::spawn(async move { semaphore.acquire().await });
+    queued(&server, "dead-permit", 1).await;
+    let child_token = {
+        let status = waiter_client.status("dead-permit").await.unwrap();
+        assert_eq!(status.owners.len(), 1, "{status:?}");
+        status.last_token.unwrap()
+    };
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    let killed = std::time::Instant::now();
+    let permit = granted(waiter, "the permit comes back").await;
+    // At most the child's lease (1.5 s) plus half the waiter's place window (0.75 s).
+    assert!(
+        killed.elapsed() < Duration::from_millis(3500),
+        "{:?}",
+        killed.elapsed()
+    );
+    assert!(permit.fencing_token() > child_token);
+    permit.release().await.unwrap();
+    assert!(keys_left(&server, "dead-permit").is_empty());
+}
+
+/// A reader on a paused server loses its holding at its deadline (it cannot renew); after
+/// the server resumes, the holding is past its deadline there too, and a writer holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_cut_off_by_a_paused_server_is_lost_and_a_writer_holds_after() {
+    let server = server();
+    let (a, b) = (
+        client_at(&server.url(), 1500).await,
+        client_at(&server.url(), 1500).await,
+    );
+    let reader = a.rw_lock("paused").read().acquire().await.unwrap();
+    server.pause();
+    let lost = within(4.0, "the reader is told", reader.lost()).await;
+    let _ = lost;
+    server.resume();
+    let writer = within(
+        5.0,
+        "the writer holds",
+        b.rw_lock("paused").write().acquire(),
+    )
+    .await
+    .unwrap();
+    assert!(writer.fencing_token() > reader.fencing_token());
+    writer.release().await.unwrap();
+}
+
+/// A forced unlock ends every reader's holding and tells each holder's client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_unlock_ends_every_reader() {
+    let server = server();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let r1 = a.rw_lock("forced").read().acquire().await.unwrap();
+    let r2 = b.rw_lock("forced").read().acquire().await.unwrap();
+    let removed = a.force_unlock("forced").await.unwrap();
+    assert_eq!(removed.len(), 2, "{removed:?}");
+    within(5.0, "reader 1 is told", r1.lost()).await;
+    within(5.0, "reader 2 is told", r2.lost()).await;
+    assert!(keys_left(&server, "forced").is_empty());
+}
+
+/// Status lists every holder (the readers, a permit's holders) and the waiters in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_readers_writers_permit_holders_and_waiters() {
+    let server = server();
+    let c: Vec<Client> = futures_util::future::join_all((0..4).map(|_| client(&server))).await;
+    let r1 = c[0].rw_lock("st").read().acquire().await.unwrap();
+    let r2 = c[1].rw_lock("st").read().acquire().await.unwrap();
+    let writer = c[2].rw_lock("st");
+    let waiting_owner = writer.owner().to_owned();
+    let w = tokio::spawn(async move { writer.write().acquire().await });
+    queued(&server, "st", 1).await;
+    let status = c[3].status("st").await.unwrap();
+    let mut owners: Vec<&str> = status.owners.iter().map(|(o, _)| o.as_str()).collect();
+    owners.sort_unstable();
+    let mut expected = vec![r1.owner(), r2.owner()];
+    expected.sort_unstable();
+    assert_eq!(owners, expected);
+    assert!(status.held);
+    assert_eq!(status.waiters.len(), 1);
+    assert_eq!(status.waiters[0].owner, waiting_owner);
+    assert!(status.waiters[0].unreadable.is_none(), "{status:?}");
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = granted(w, "the writer holds").await;
+    let status = c[3].status("st").await.unwrap();
+    assert_eq!(status.owners, vec![(waiting_owner, 1)]);
+    w.release().await.unwrap();
+    // A semaphore's holders.
+    let p1 = c[0].semaphore("st-sem", 2).acquire().await.unwrap();
+    let p2 = c[1].semaphore("st-sem", 2).acquire().await.unwrap();
+    let status = c[3].status("st-sem").await.unwrap();
+    assert_eq!(status.owners.len(), 2, "{status:?}");
+    p1.release().await.unwrap();
+    p2.release().await.unwrap();
+    let status = c[3].status("st-sem").await.unwrap();
+    assert!(!status.held && status.owners.is_empty(), "{status:?}");
+}
+
+/// RedLock refuses read-write locks and semaphores with `Unsupported` and a reason, before
+/// any I/O.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_refuses_read_write_locks_and_semaphores() {
+    let servers = servers(3);
+    let client = redlock(&servers, ClientOptions::default()).await;
+    let unsupported = |result: fencelock::Result<()>, what: &str| match result {
+        Err(Error::Unsupported { what: w, why, .. }) => {
+            assert_eq!(w, what);
+            assert!(why.contains("queue"), "{why}");
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    };
+    let rw = client.rw_lock("refused");
+    unsupported(rw.read().acquire().await.map(|_| ()), "a read-write lock");
+    unsupported(
+        rw.write().try_acquire().await.map(|_| ()),
+        "a read-write lock",
+    );
+    let sem = client.semaphore("refused", 2);
+    unsupported(sem.acquire().await.map(|_| ()), "a semaphore");
+    for server in &servers {
+        assert!(!has_key(server, "refused"));
+    }
+}
+
+/// Sentinel: readers share, a writer waits in order and is handed the lock; a semaphore's
+/// permits stay within N.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_smoke() {
+    let set = SentinelSet::start().unwrap();
+    let (a, b) = (
+        Client::connect(&set.url()).await.unwrap(),
+        Client::connect(&set.url()).await.unwrap(),
+    );
+    smoke(&a, &b).await;
+}
+
+/// Cluster: the same, through the lock's shard (sharded pub/sub for the handovers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_smoke() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start().unwrap())
+        .await
+        .unwrap();
+    let (a, b) = (
+        Client::connect(&cluster.url()).await.unwrap(),
+        Client::connect(&cluster.url()).await.unwrap(),
+    );
+    smoke(&a, &b).await;
+}
+
+async fn smoke(a: &Client, b: &Client) {
+    let r1 = a.rw_lock("smoke").read().acquire().await.unwrap();
+    let r2 = b.rw_lock("smoke").read().acquire().await.unwrap();
+    let writer = b.rw_lock("smoke").with_owner("smoke-writer");
+    let w = tokio::spawn(async move { writer.write().acquire().await });
+    within(5.0, "the writer queues", async {
+        while a.status("smoke").await.unwrap().waiters.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(a
+        .rw_lock("smoke")
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_err());
+    let last = r1.fencing_token().max(r2.fencing_token());
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = granted(w, "the writer is handed the lock").await;
+    assert!(w.fencing_token() > last);
+    w.release().await.unwrap();
+    let p1 = a.semaphore("smoke-sem", 2).acquire().await.unwrap();
+    let p2 = b.semaphore("smoke-sem", 2).acquire().await.unwrap();
+    assert!(a
+        .semaphore("smoke-sem", 2)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_err());
+    let third = {
+        let s = b.semaphore("smoke-sem", 2);
+        tokio::spawn(async move { s.acquire().await })
+    };
+    p1.release().await.unwrap();
+    let p3 = granted(third, "a permit is handed over").await;
+    p2.release().await.unwrap();
+    p3.release().await.unwrap();
+    assert!(!a.status("smoke-sem").await.unwrap().held);
+}

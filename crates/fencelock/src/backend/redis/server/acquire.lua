@@ -113,6 +113,15 @@ local token = plan_token(k.fence, (proposal ~= '' and proposal) or now_us())
 -- A free lock whose queue has places (acquire_free.lua came here): marked below, so that
 -- its release hands it over.
 local others = queue_length(k)
+if others > 0 then
+  -- A read-write lock's or a semaphore's waiters (their places end with ':r', ':w' or ':p':
+  -- family.lua) outlived its holdings: the name is theirs.
+  local place = redis.call('HGET', k.waiting, redis.call('LINDEX', k.queue, 0) or '') or ''
+  local family = string.match(place, ':([rwp])$')
+  if family then
+    return {-1, (family == 'p' and 'sem:') or 'rw'}
+  end
+end
 if leave_queue(k, owner) then
   others = others - 1
 end

@@ -163,6 +163,7 @@ impl RedisBackend {
             &s.raise_fence,
             &s.leader,
             &s.proclaim,
+            &s.family_acquire,
         ];
         let loads = all.iter().map(|script| self.load(None, script));
         for result in futures_util::future::join_all(loads).await {
