@@ -738,3 +738,93 @@ async fn smoke(a: &Client, b: &Client) {
     p3.release().await.unwrap();
     assert!(!a.status("smoke-sem").await.unwrap().held);
 }
+
+/// Every command's calls and server time in µs (INFO commandstats), but INFO's own.
+fn commandstats(server: &RedisServer) -> Vec<(String, u64, u64)> {
+    let info = server
+        .command(&["INFO", "commandstats"])
+        .unwrap()
+        .text()
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (cmd, stats) = rest.split_once(":calls=")?;
+            let calls = stats.split(',').next()?.parse().ok()?;
+            let usec = stats
+                .split(",usec=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((cmd.to_owned(), calls, usec))
+        })
+        .filter(|(cmd, _, _)| cmd != "info")
+        .collect()
+}
+
+/// What `pairs` uncontended pairs of `kind` cost the server: commands per pair (inside the
+/// scripts, and the EVALSHAs) and the scripts' server time in µs per pair.
+async fn pair_cost(server: &RedisServer, client: &Client, kind: &str, pairs: u32) -> (f64, f64) {
+    let before = commandstats(server);
+    for _ in 0..pairs {
+        let guard = match kind {
+            "mutex" => client.lock("cost-m").try_acquire().await,
+            "read" => client.rw_lock("cost-r").read().try_acquire().await,
+            "write" => client.rw_lock("cost-w").write().try_acquire().await,
+            _ => client.semaphore("cost-p", 3).try_acquire().await,
+        };
+        assert_eq!(
+            guard.unwrap().unwrap().release().await.unwrap(),
+            Released::Released
+        );
+    }
+    let after = commandstats(server);
+    let delta = |cmd: &str, field: fn(&(String, u64, u64)) -> u64| {
+        let of = |stats: &[(String, u64, u64)]| stats.iter().find(|s| s.0 == cmd).map_or(0, field);
+        of(&after) - of(&before)
+    };
+    let calls: u64 = after.iter().map(|s| delta(&s.0, |s| s.1)).sum();
+    let usec = delta("evalsha", |s| s.2);
+    (
+        calls as f64 / f64::from(pairs),
+        usec as f64 / f64::from(pairs),
+    )
+}
+
+/// Issue 24's figure on Redis: an uncontended read pair and permit pair cost at most 1.2x a
+/// mutex pair's server time; the commands per pair (the scripts' own and the EVALSHAs) are
+/// the mutex's 7 plus one HLEN (the release's check that the holding was the last).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_read_or_permit_pair_costs_about_a_mutex_pair() {
+    let server = server();
+    let client = client(&server).await;
+    for kind in ["mutex", "read", "write", "permit"] {
+        pair_cost(&server, &client, kind, 20).await; // warm up (scripts loaded)
+    }
+    // Interleaved rounds, so that a busy machine weighs on every kind alike; the best round
+    // of each kind is its figure (the least disturbed by other processes).
+    let kinds = ["mutex", "read", "write", "permit"];
+    let mut cost = [(0.0, f64::MAX); 4];
+    for _ in 0..7 {
+        for (i, kind) in kinds.iter().enumerate() {
+            let (calls, us) = pair_cost(&server, &client, kind, 200).await;
+            cost[i] = (calls, cost[i].1.min(us));
+        }
+    }
+    let (mutex_calls, mutex_us) = cost[0];
+    assert_eq!(mutex_calls, 9.0, "7 in the scripts and 2 EVALSHAs");
+    for (kind, (calls, us)) in kinds.iter().zip(cost).skip(1) {
+        eprintln!(
+            "{kind}: {calls} commands, {us:.2} us per pair; mutex {mutex_calls}, {mutex_us:.2} us"
+        );
+        assert_eq!(calls, mutex_calls + 1.0, "{kind}");
+        if *kind != "write" {
+            assert!(
+                us <= mutex_us * 1.2,
+                "{kind}: {us:.2} us against the mutex's {mutex_us:.2}"
+            );
+        }
+    }
+}

@@ -12,16 +12,20 @@ if not list or not has(list, ARGV[3]) then
 end
 local lease = tonumber(ARGV[2])
 if fields[2] then
-  local token, deadline, writes = string.match(fields[3] or '', '^(%d+) (%d+)(.*)$')
-  local now = redis.call('TIME')
-  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  if not token or tonumber(deadline) <= now_ms then
+  local token, since, term, writes = string.match(fields[3] or '', '^(%d+) (%d+) (%d+)(.*)$')
+  if not token then
     return -1
   end
-  deadline = tonumber(deadline)
+  local now = redis.call('TIME')
+  local now_us = now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+  local now_ms = tonumber(string.sub(now_us, 1, #now_us - 3))
+  local deadline = math.floor(tonumber(since) / 1000) + tonumber(term)
+  if deadline <= now_ms then
+    return -1
+  end
   if deadline < now_ms + lease then
     deadline = now_ms + lease
-    redis.call('HSET', KEYS[1], '=h:' .. ARGV[1], token .. ' ' .. deadline .. writes)
+    redis.call('HSET', KEYS[1], '=h:' .. ARGV[1], token .. ' ' .. now_us .. ' ' .. ARGV[2] .. writes)
   end
   if redis.call('PTTL', KEYS[1]) < deadline - now_ms then
     redis.call('PEXPIRE', KEYS[1], deadline - now_ms)

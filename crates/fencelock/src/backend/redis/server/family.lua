@@ -5,9 +5,12 @@
 --   '=k'           the kind: 'rw' (a read-write lock) or 'sem:N' (a semaphore of N permits).
 --                  A mutex's or an election's hash has none; each side refuses the other.
 --   <owner>        the owner's hold ids, as a mutex's holder (space-separated attempt ids).
---   '=h:<owner>'   the owner's holding: '<token> <deadline_ms> [write hold ids...]', its
---                  fencing token, its own deadline on the server's clock (ms), and which of
---                  its holds are write holds (a reader's holding has none).
+--   '=h:<owner>'   the owner's holding: '<token> <since_us> <term_ms> [write hold ids...]',
+--                  its fencing token, its own deadline on the server's clock (since + term:
+--                  when it was granted or last renewed, and for how long; kept as the two
+--                  numbers the scripts already have as text, which costs the common case no
+--                  number formatting), and which of its holds are write holds (a reader's
+--                  holding has none).
 --   '=q'           while the wait queue has places.
 -- The hash's TTL is the latest holding's deadline; each holding ends alone at its own
 -- deadline: every family script drops the holdings past theirs before it applies the rule.
@@ -43,8 +46,11 @@ local function family_load(k)
       local owner = string.sub(field, 4)
       local h = st.holders[owner] or {}
       st.holders[owner] = h
-      local token, deadline, writes = string.match(value, '^(%d+) (%d+) ?(.*)$')
-      h.token, h.deadline, h.writes = token, tonumber(deadline), writes or ''
+      local token, since, term, writes = string.match(value, '^(%d+) (%d+) (%d+) ?(.*)$')
+      h.token, h.since, h.term, h.writes = token, since, term, writes or ''
+      if since then
+        h.deadline = math.floor(tonumber(since) / 1000) + tonumber(term)
+      end
     elseif field == '=v' then
       st.elected = true
     elseif string.sub(field, 1, 1) ~= '=' then
@@ -137,8 +143,8 @@ end
 -- A new holding of `owner` by hold `attempt`, for `term_ms`; returns its token.
 local function family_grant(st, k, owner, attempt, side, term_ms)
   local token = family_token(k)
-  st.holders[owner] = {ids = attempt, token = token, deadline = k.now_ms + term_ms,
-    writes = (side == 'w' and attempt) or ''}
+  st.holders[owner] = {ids = attempt, token = token, since = k.now_us, term = term_ms,
+    deadline = k.now_ms + term_ms, writes = (side == 'w' and attempt) or ''}
   st.dirty = true
   return token
 end
@@ -226,7 +232,7 @@ local function family_save(st, k)
   redis.call('DEL', k.lock, k.queue, k.waiting)
   local fields, longest = {'=k', st.kind}, 0
   for owner, h in pairs(st.holders) do
-    local holding = h.token .. ' ' .. h.deadline
+    local holding = h.token .. ' ' .. h.since .. ' ' .. h.term
     if h.writes ~= '' then
       holding = holding .. ' ' .. h.writes
     end

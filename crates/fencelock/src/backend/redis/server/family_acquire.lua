@@ -11,14 +11,21 @@
 -- ARGV[8]: the release channel, ARGV[9]: 'S' to publish with SPUBLISH,
 -- ARGV[10]: the caller's client id, ARGV[11...]: attempts of this owner given up (their holds
 --          and places go first).
+-- An attempt that neither queues, claims nor gives anything back sends ARGV[1..5] and the
+-- publish mode ('S' or '') as ARGV[6] alone: every argument costs the server, and the
+-- channel is the lock's key followed by ':released'.
 -- Returns {1, hold count, token} when held, {0, ms until the first holding's deadline} when
 -- not (the caller tries again then, or when handed the lock), {-1, what the name is used as}
 -- ('mutex', 'election', 'rw', 'sem:N'), {-2, N stored} for another N without resize, {-3} for
 -- a read -> write upgrade. A refusal changes nothing.
+local short = #ARGV == 6
 local k = {lock = KEYS[1], fence = KEYS[2], queue = KEYS[3], waiting = KEYS[4],
   channel = ARGV[8], sharded = ARGV[9] == 'S', horizon = ARGV[4]}
 local owner, attempt, lease = ARGV[1], ARGV[3], tonumber(ARGV[2])
 local window, claim = tonumber(ARGV[6]), ARGV[7]
+if short then
+  k.channel, k.sharded, window, claim = KEYS[1] .. ':released', ARGV[6] == 'S', nil, ''
+end
 local st = family_load(k)
 local refused = family_check(st, kind, side)
 if refused then
@@ -55,7 +62,9 @@ if mine then
       mine.writes = (mine.writes == '' and attempt) or (mine.writes .. ' ' .. attempt)
     end
   end
-  mine.deadline = math.max(mine.deadline, k.now_ms + lease)
+  if k.now_ms + lease > mine.deadline then -- never shortened
+    mine.since, mine.term, mine.deadline = k.now_us, ARGV[2], k.now_ms + lease
+  end
   st.dirty = true
   for i, p in ipairs(st.places) do
     if p.owner == owner then

@@ -319,7 +319,8 @@ impl RedisBackend {
         })
     }
 
-    /// The family acquire script's call (family_acquire.lua): every argument, always.
+    /// The family acquire script's call (family_acquire.lua): the short call (6 arguments)
+    /// for an attempt that neither queues, claims nor gives anything back, else all of them.
     fn family_call(&self, attempt: &Attempt, shape: Shape, stale: &[u64]) -> redis::Cmd {
         let keys = &attempt.keys;
         let queueing = attempt.queueing;
@@ -333,6 +334,15 @@ impl RedisBackend {
             .arg(attempt.id)
             .arg(self.horizon_ms)
             .arg(shape.arg());
+        let short = queueing.join.is_none()
+            && queueing.claim.is_none()
+            && attempt.abandoned.is_empty()
+            && stale.is_empty();
+        if short {
+            // family_acquire.lua's short call: the publish mode alone after ARGV[5].
+            call.arg(self.publish_mode());
+            return call;
+        }
         let window = queueing.join.map(|w| w.as_millis().to_string());
         call.arg(window.unwrap_or_default())
             .arg(queueing.claim.map(|c| c.to_string()).unwrap_or_default())

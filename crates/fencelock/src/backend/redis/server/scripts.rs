@@ -268,14 +268,19 @@ pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
     Ok(status)
 }
 
-/// Whether a family holding (`'<token> <deadline_ms> ...'`, family.lua) is past its deadline
-/// at `now_ms` on the server's clock (an unreadable one counts as ended, as the scripts drop it).
+/// Whether a family holding (`'<token> <since_us> <term_ms> ...'`, family.lua) is past its
+/// deadline at `now_ms` on the server's clock (an unreadable one counts as ended, as the
+/// scripts drop it).
 fn holding_ended(holding: &Value, now_ms: u64) -> bool {
     let Value::BulkString(text) = holding else {
         return true;
     };
     let text = String::from_utf8_lossy(text);
-    let deadline = text.split(' ').nth(1).and_then(|d| d.parse::<u64>().ok());
+    let mut parts = text.split(' ').skip(1).map(|n| n.parse::<u64>().ok());
+    let deadline = match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(since_us), Some(term_ms)) => (since_us / 1000).checked_add(term_ms),
+        _ => None,
+    };
     deadline.is_none_or(|d| d <= now_ms)
 }
 
