@@ -12,6 +12,25 @@
 //!   carry the participant's value (`terms::Attempt::value`), kept by the scripts in the lock's
 //!   slot; `leader` and `proclaim` are a script each; `observe`: a follower task on the
 //!   lock's subscription, shared with `waiters`.
+//! - Read-write locks and semaphores (one deployment; RedLock refuses them, see
+//!   `no_redlock_family`): an acquire whose attempts carry a `terms::Shape` (read, write, a
+//!   permit of N) runs `server/family_acquire.lua`; the release, renewal, status and
+//!   force-unlock scripts are the mutex's, which tell a family lock by its `=k` field. The
+//!   layout, in the lock's slot (`server/family.lua` has it in full): the hash's `=k` says
+//!   `rw` or `sem:N`; each owner's field lists its hold ids (as a mutex's holder); each
+//!   owner's `=h:<owner>` field is its holding: its own fencing token, its own deadline
+//!   (`since_us term_ms` on the server's clock) and which holds are write holds. The rule,
+//!   in arrival order over the mutex's queue (a place ends with `:r`, `:w` or `:p`): a reader
+//!   holds when no writer holds and no place is ahead, a writer when nothing holds and no
+//!   place is ahead, a permit when fewer than N hold and no place is ahead; every family
+//!   script first drops the holdings past their own deadlines (so a dead reader's or a
+//!   crashed permit holder's holding ends alone, at its deadline), then hands over by the rule
+//!   (every reader at the head up to the next writer, one `=grant` each). Re-entry, a
+//!   writer's downgrade (write, read, release write: the read stays) and the refusals
+//!   (`UpgradeRefused`, `PermitsMismatch` unless resized, `PrimitiveMismatch` both ways with
+//!   the mutex and the election, whose scripts read `=k` in the HMGET they already make) are
+//!   decided in that script before any write. Lowering N revokes nothing: the holdings stay,
+//!   and waiters hold once fewer than the new N hold.
 //! - `keys`: a lock's keys and channels (its docs list them); `places`: a waiter's place in
 //!   the server's queue, as the scripts write it; `abandoned`: attempts and holds given up,
 //!   given back first by the owner's next attempt.
