@@ -66,3 +66,26 @@ fn parse(place: &str) -> Option<(u64, u64)> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_family_place_reads_as_a_mutex_place() {
+        let now = 1_700_000_001_000_000;
+        for place in [
+            "11 5000 1700000000000000 ab12:r",
+            "11 5000 1700000000000000 ab12:w",
+            "11 5000 1700000000000000 ab12:p",
+            "11 5000 1700000000000000 ab12",
+        ] {
+            let w = waiter("o".into(), Some(place), now);
+            assert!(w.unreadable.is_none(), "{place}");
+            assert_eq!(w.window, Duration::from_secs(5));
+            assert_eq!(w.age, Duration::from_secs(1));
+        }
+        let w = waiter("o".into(), Some("11 5000 1700000000000000 ab12:x"), now);
+        assert!(w.unreadable.is_some());
+    }
+}

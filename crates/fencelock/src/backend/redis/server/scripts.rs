@@ -404,6 +404,53 @@ mod fuzz {
     }
 
     #[test]
+    fn refusals_parse_and_other_replies_are_none() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(
+            parse_refusal(&[Value::Int(-1), bulk("sem:3")]),
+            Some(Refusal::Kind("sem:3".into()))
+        );
+        assert_eq!(
+            parse_refusal(&[Value::Int(-2), Value::Int(3)]),
+            Some(Refusal::Permits(3))
+        );
+        assert_eq!(parse_refusal(&[Value::Int(-3)]), Some(Refusal::Upgrade));
+        assert_eq!(parse_refusal(&[Value::Int(0), Value::Int(5)]), None);
+        assert_eq!(primitive_word("rw"), "read-write lock");
+        assert_eq!(primitive_word("sem:"), "semaphore");
+        assert_eq!(primitive_word("election"), "election");
+        assert_eq!(primitive_word("mutex"), "mutex");
+    }
+
+    #[test]
+    fn a_family_status_drops_holdings_past_their_deadlines() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        // Server time 1700000000.000005 s: the first holding (from ...000 s for 30 s) is
+        // live, the second (from 1699999000 s for 1.5 s) is past its deadline.
+        let reply = vec![
+            Value::Int(29000),
+            bulk("42"),
+            Value::Array(vec![
+                bulk("=k"),
+                bulk("rw"),
+                bulk("a:1"),
+                bulk("7"),
+                bulk("=h:a:1"),
+                bulk("41 1700000000000000 30000"),
+                bulk("b:1"),
+                bulk("8 9"),
+                bulk("=h:b:1"),
+                bulk("40 1699999000000000 1500 9"),
+            ]),
+            Value::Array(vec![bulk("1700000000"), bulk("5")]),
+            Value::Array(vec![]),
+        ];
+        let status = parse_status(&reply).unwrap();
+        assert_eq!(status.owners, vec![("a:1".to_string(), 1)]);
+        assert!(status.held);
+    }
+
+    #[test]
     fn a_well_formed_status_parses() {
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let reply = vec![
