@@ -828,3 +828,81 @@ async fn an_uncontended_read_or_permit_pair_costs_about_a_mutex_pair() {
         }
     }
 }
+
+/// A name whose read-write lock's waiters outlived its holdings (the hash expired, the queue
+/// is left) is still the read-write lock's: a mutex refuses it, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutex_refuses_a_name_whose_queue_holds_family_places() {
+    let server = server();
+    let client = client(&server).await;
+    let place = format!("11 5000 {} ab12:w", server_micros(&server));
+    server
+        .command(&["RPUSH", "fencelock:{left}:queue", "w:1"])
+        .unwrap();
+    server
+        .command(&["HSET", "fencelock:{left}:waiting", "w:1", &place])
+        .unwrap();
+    match client.lock("left").try_acquire().await {
+        Err(Error::PrimitiveMismatch { asked, found, .. }) => {
+            assert_eq!((asked, found.as_str()), ("mutex", "read-write lock"));
+        }
+        other => panic!("expected PrimitiveMismatch, got {other:?}"),
+    }
+    assert!(!has_key(&server, "left"));
+    assert_eq!(queue_len(&server, "left"), 1);
+}
+
+/// Issue 24's contended figure on Redis, measured (printed) with loose bounds for a debug
+/// build on a shared machine: 8 workers (8 clients) on a semaphore of 3 keep 3 permits busy
+/// (utilisation: time held over 3 x the run) and share them in arrival order (the most and
+/// the fewest permits a worker got).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_workers_keep_a_semaphore_of_3_busy_in_turn() {
+    let server = server();
+    let clients: Vec<Client> =
+        futures_util::future::join_all((0..8).map(|_| client(&server))).await;
+    let hold = Duration::from_millis(20);
+    let run = Duration::from_secs(3);
+    let start = tokio::time::Instant::now();
+    let tasks = clients.iter().map(|client| {
+        let semaphore = client.semaphore("busy", 3);
+        tokio::spawn(async move {
+            let (mut got, mut held) = (0u32, Duration::ZERO);
+            while start.elapsed() < run {
+                let permit = semaphore.acquire().await.unwrap();
+                let taken = tokio::time::Instant::now();
+                tokio::time::sleep(hold).await;
+                held += taken.elapsed();
+                got += 1;
+                permit.release().await.unwrap();
+            }
+            (got, held)
+        })
+    });
+    let done = within(
+        30.0,
+        "the workers finish",
+        futures_util::future::join_all(tasks),
+    )
+    .await;
+    let wall = start.elapsed();
+    let each: Vec<(u32, Duration)> = done.into_iter().map(Result::unwrap).collect();
+    let held: Duration = each.iter().map(|e| e.1).sum();
+    let utilisation = held.as_secs_f64() / (3.0 * wall.as_secs_f64());
+    let (most, fewest) = (
+        each.iter().map(|e| e.0).max().unwrap(),
+        each.iter().map(|e| e.0).min().unwrap(),
+    );
+    eprintln!(
+        "semaphore of 3, 8 workers: utilisation {utilisation:.3}, permits per worker {:?}, \
+         max/min {:.3}",
+        each.iter().map(|e| e.0).collect::<Vec<_>>(),
+        f64::from(most) / f64::from(fewest.max(1))
+    );
+    assert!(utilisation > 0.6, "{utilisation}");
+    assert!(
+        f64::from(most) / f64::from(fewest.max(1)) <= 1.5,
+        "{each:?}"
+    );
+    assert!(keys_left(&server, "busy").is_empty());
+}
