@@ -137,8 +137,8 @@ const REDIS: Caps = Caps {
     waits_through_a_pause: false,
     sessions: false,
     election: true,
-    rw_lock: false,
-    semaphore: false,
+    rw_lock: true,
+    semaphore: true,
     downgrade_shares: true,
 };
 
@@ -287,6 +287,8 @@ mod redis_family {
             Caps {
                 waiter_queue: false,
                 election: false,
+                rw_lock: false,
+                semaphore: false,
                 ..REDIS
             }
         }

@@ -98,7 +98,16 @@ pub(super) async fn rw_reentry_downgrade_and_refused_upgrade(d: &dyn Deployment)
     let r = within(5.0, "a downgrade is granted at once", lock.read().acquire())
         .await
         .unwrap();
-    assert_eq!(w.release().await.unwrap(), Released::Released);
+    // The owner still reads: Redis counts the read hold (`StillHeld`), ZooKeeper and etcd
+    // report the write side's holding given back (`Released`).
+    let released = w.release().await.unwrap();
+    assert!(
+        matches!(
+            released,
+            Released::Released | Released::StillHeld { count: 1 }
+        ),
+        "{released:?}"
+    );
     assert!(r.is_held());
     let other = b.rw_lock("rw-down").read().try_acquire().await.unwrap();
     let other = match (other, d.caps().downgrade_shares) {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::keys::LockKeys;
-use super::terms::{AcquireReply, Attempt, Queueing, ReplicaAcks};
+use super::terms::{AcquireReply, Attempt, Queueing, ReplicaAcks, Shape};
 use super::waiters::Ticket;
 use super::RedisFamily;
 use crate::backend::{Ctx, Held};
@@ -40,6 +40,8 @@ pub(crate) struct Ask<'a> {
     /// An election's participant: the value it advertises, which every attempt (and place in
     /// the server's queue) carries. `None`: a mutex.
     pub(crate) value: Option<Arc<str>>,
+    /// A read-write lock's side or a semaphore's permit (`None`: a mutex or an election).
+    pub(crate) shape: Option<Shape>,
 }
 
 /// What one attempt found.
@@ -149,6 +151,7 @@ impl Ask<'_> {
                 .map(|_| self.family.waiters.client_id().clone()),
             abandoned: self.family.abandoned.pending(self.keys.name(), self.owner),
             value: self.value.clone(),
+            shape: self.shape,
         }
     }
 

@@ -6,13 +6,18 @@
 //!   wait queue may have places (a release looks at the queue only then), and `=v` when the
 //!   holder is an election's leader: the value it advertises (set by the acquire or the
 //!   handover, changed by `proclaim`). TTL: the lease.
+//!   A read-write lock's or a semaphore's hash (`server/family.lua`) has `=k` (`rw` or
+//!   `sem:N`) instead of `=token`: each owner's field lists its hold ids, and its
+//!   `=h:<owner>` field is its holding (`token since_us term_ms [write hold ids]`: its own
+//!   token and deadline). TTL: the latest holding's deadline.
 //! - `fencelock:{name}:fence`: the last fencing token issued. TTL: the client's fence horizon,
 //!   from that token on (a new counter starts from the server's clock).
 //! - `fencelock:{name}:queue` (list of waiting owner ids, in arrival order) and
 //!   `fencelock:{name}:waiting` (hash `owner id -> "attempt window_ms since_us client"`, followed
 //!   by `" value"` for an election's participant, so that the handover sets the new leader's
 //!   `=v` in the same script): the wait queue (not RedLock). Both expire with the newest place's
-//!   window. `status.lua` reads them with the lock and the server's `TIME`; places past their
+//!   window. A read-write lock's or semaphore's place ends with its kind after the client id
+//!   (`client:r`, `:w`, `:p`), which the mutex's handover never accepts. `status.lua` reads them with the lock and the server's `TIME`; places past their
 //!   window are listed as expired.
 //! - `fencelock:{name}:released`: pub/sub channel (`SPUBLISH` on a Cluster), and
 //!   `...:released:<client id>` for each waiting client. A release hands the lock to the first

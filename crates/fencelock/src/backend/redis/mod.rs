@@ -12,6 +12,25 @@
 //!   carry the participant's value (`terms::Attempt::value`), kept by the scripts in the lock's
 //!   slot; `leader` and `proclaim` are a script each; `observe`: a follower task on the
 //!   lock's subscription, shared with `waiters`.
+//! - Read-write locks and semaphores (one deployment; RedLock refuses them, see
+//!   `no_redlock_family`): an acquire whose attempts carry a `terms::Shape` (read, write, a
+//!   permit of N) runs `server/family_acquire.lua`; the release, renewal, status and
+//!   force-unlock scripts are the mutex's, which tell a family lock by its `=k` field. The
+//!   layout, in the lock's slot (`server/family.lua` has it in full): the hash's `=k` says
+//!   `rw` or `sem:N`; each owner's field lists its hold ids (as a mutex's holder); each
+//!   owner's `=h:<owner>` field is its holding: its own fencing token, its own deadline
+//!   (`since_us term_ms` on the server's clock) and which holds are write holds. The rule,
+//!   in arrival order over the mutex's queue (a place ends with `:r`, `:w` or `:p`): a reader
+//!   holds when no writer holds and no place is ahead, a writer when nothing holds and no
+//!   place is ahead, a permit when fewer than N hold and no place is ahead; every family
+//!   script first drops the holdings past their own deadlines (so a dead reader's or a
+//!   crashed permit holder's holding ends alone, at its deadline), then hands over by the rule
+//!   (every reader at the head up to the next writer, one `=grant` each). Re-entry, a
+//!   writer's downgrade (write, read, release write: the read stays) and the refusals
+//!   (`UpgradeRefused`, `PermitsMismatch` unless resized, `PrimitiveMismatch` both ways with
+//!   the mutex and the election, whose scripts read `=k` in the HMGET they already make) are
+//!   decided in that script before any write. Lowering N revokes nothing: the holdings stay,
+//!   and waiters hold once fewer than the new N hold.
 //! - `keys`: a lock's keys and channels (its docs list them); `places`: a waiter's place in
 //!   the server's queue, as the scripts write it; `abandoned`: attempts and holds given up,
 //!   given back first by the owner's next attempt.
@@ -45,7 +64,7 @@ use self::engine::Engine;
 use self::keys::LockKeys;
 use self::redlock::RedLock;
 use self::server::RedisBackend;
-use self::terms::{ReleaseSink, ReplicaAcks};
+use self::terms::{ReleaseSink, ReplicaAcks, Shape};
 use self::waiters::WaitRegistry;
 use super::{
     Acquired, Connected, Connecting, Ctx, Feed, Kind, Leader, LockRequest, LockService, Released,
@@ -159,6 +178,19 @@ fn no_redlock_election(what: &'static str) -> Error {
     }
 }
 
+/// RedLock's refusal of a read-write lock or a semaphore (`what`).
+fn no_redlock_family(what: &'static str) -> Error {
+    Error::Unsupported {
+        service: "Redis",
+        what,
+        why: "RedLock keeps no wait queue, so it cannot serve readers, writers or permits in \
+              arrival order (N servers handing over independently could each admit others), \
+              and a majority per rule cannot bound the holders: readers and permits granted \
+              on different majorities could exceed N or overlap a writer once a server \
+              restarts empty; use one Redis server, a Sentinel set or a Cluster",
+    }
+}
+
 /// Connects the Redis family (its registry line): one URL, or RedLock's odd number of them.
 pub(crate) fn connect(c: Connecting<'_>) -> BoxFuture<'_, Result<Connected, Error>> {
     Box::pin(async move {
@@ -202,15 +234,21 @@ impl LockService for RedisFamily {
         }
     }
 
-    /// Elections on one deployment (server, Sentinel, Cluster); RedLock refuses them.
+    /// Elections, read-write locks and semaphores on one deployment (server, Sentinel,
+    /// Cluster); RedLock refuses them.
     fn check_kind(&self, kind: Kind<'_>) -> Result<(), Error> {
         match kind {
             Kind::Mutex => Ok(()),
             Kind::Leader { .. } if self.engine.one().is_none() => {
                 Err(no_redlock_election("Election::campaign"))
             }
-            Kind::Leader { .. } => Ok(()),
-            kind => Err(crate::backend::refused(self.name(), kind)),
+            Kind::Read | Kind::Write if self.engine.one().is_none() => {
+                Err(no_redlock_family("a read-write lock"))
+            }
+            Kind::Permit { .. } if self.engine.one().is_none() => {
+                Err(no_redlock_family("a semaphore"))
+            }
+            Kind::Leader { .. } | Kind::Read | Kind::Write | Kind::Permit { .. } => Ok(()),
         }
     }
 
@@ -277,8 +315,13 @@ impl LockService for RedisFamily {
                     .map(|(replicas, timeout)| ReplicaAcks { replicas, timeout }),
                 value: match request.kind {
                     Kind::Leader { value } => Some(value.into()),
-                    // The other kinds are refused before any I/O (`check_kind`).
                     Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => None,
+                },
+                shape: match request.kind {
+                    Kind::Read => Some(Shape::Read),
+                    Kind::Write => Some(Shape::Write),
+                    Kind::Permit { permits, resize } => Some(Shape::Permit { permits, resize }),
+                    Kind::Mutex | Kind::Leader { .. } => None,
                 },
             };
             match wait {

@@ -40,6 +40,15 @@ pub(crate) fn waiter(owner: String, place: Option<&str>, now_us: u64) -> Waiter 
     }
 }
 
+/// A place's client id without a read-write lock's or semaphore's kind (`:r`, `:w`, `:p`:
+/// family.lua).
+fn family_client(client: &str) -> &str {
+    match client.rsplit_once(':') {
+        Some((id, "r" | "w" | "p")) => id,
+        _ => client,
+    }
+}
+
 /// The window and the time taken of a place in the format the release script reads
 /// (queue.lua's parse_place): 'attempt window_ms since_us client', decimal and hex, and an
 /// election participant's ' value' (any text) after it.
@@ -50,10 +59,33 @@ fn parse(place: &str) -> Option<(u64, u64)> {
     let mut parts = place.splitn(5, ' ');
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(attempt), Some(window), Some(since), Some(client))
-            if digits(attempt) && hex(client) =>
+            if digits(attempt) && hex(family_client(client)) =>
         {
             number(window).zip(number(since))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_family_place_reads_as_a_mutex_place() {
+        let now = 1_700_000_001_000_000;
+        for place in [
+            "11 5000 1700000000000000 ab12:r",
+            "11 5000 1700000000000000 ab12:w",
+            "11 5000 1700000000000000 ab12:p",
+            "11 5000 1700000000000000 ab12",
+        ] {
+            let w = waiter("o".into(), Some(place), now);
+            assert!(w.unreadable.is_none(), "{place}");
+            assert_eq!(w.window, Duration::from_secs(5));
+            assert_eq!(w.age, Duration::from_secs(1));
+        }
+        let w = waiter("o".into(), Some("11 5000 1700000000000000 ab12:x"), now);
+        assert!(w.unreadable.is_some());
     }
 }

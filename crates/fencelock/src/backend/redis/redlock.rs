@@ -715,6 +715,7 @@ impl RedLock {
                     listener: None,
                     abandoned: Vec::new(),
                     value: None,
+                    shape: None,
                 };
                 let _ = server.acquire(&attempt, Some(hold.token)).await;
             });

@@ -74,6 +74,42 @@ pub(crate) struct Attempt {
     pub(crate) abandoned: Vec<u64>,
     /// An election's participant: the value it advertises (`None`: a mutex's attempt).
     pub(crate) value: Option<Arc<str>>,
+    /// A read-write lock's side or a semaphore's permit (`None`: a mutex or an election).
+    pub(crate) shape: Option<Shape>,
+}
+
+/// What a read-write lock's or a semaphore's attempt takes (family.lua's rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    Read,
+    Write,
+    Permit { permits: u32, resize: bool },
+}
+
+impl Shape {
+    /// The family acquire script's ARGV[5]: `r`, `w`, `p<N>` or `P<N>` (resize).
+    pub(crate) fn arg(self) -> String {
+        match self {
+            Shape::Read => "r".to_owned(),
+            Shape::Write => "w".to_owned(),
+            Shape::Permit {
+                permits,
+                resize: false,
+            } => format!("p{permits}"),
+            Shape::Permit {
+                permits,
+                resize: true,
+            } => format!("P{permits}"),
+        }
+    }
+
+    /// What the attempt asks for, in `Error::PrimitiveMismatch`'s words.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Shape::Read | Shape::Write => "read-write lock",
+            Shape::Permit { .. } => "semaphore",
+        }
+    }
 }
 
 /// One hold to renew: its lease state names the lock, the owner, the hold and the lease.

@@ -26,7 +26,8 @@
 -- ARGV[11 or 12...]: attempts of this owner that were given up (a lost reply, a dropped
 --          future): their holds and places are given back first, so that none counts as a
 --          re-entry of this one
--- Returns {1, hold count, token} when acquired, {0, remaining lease in ms} when held by another.
+-- Returns {1, hold count, token} when acquired, {0, remaining lease in ms} when held by another,
+-- {-1, kind} when the name is a read-write lock's or a semaphore's (its '=k': family.lua).
 -- Sent again with the same attempt id, it changes nothing and gives the same answer.
 local proposal, window, claim = ARGV[5] or '', tonumber(ARGV[6] or ''), ARGV[7] or ''
 -- A proposed token means RedLock, whose servers keep no queue: release messages always go out.
@@ -40,8 +41,11 @@ if string.byte(ARGV[11] or '') == 61 then -- '='
 end
 local list, marked = false, false
 if pttl ~= -2 or #ARGV >= gave_up then
-  local fields = read('HMGET', k.lock, owner, QUEUED, ELECTED)
+  local fields = read('HMGET', k.lock, owner, QUEUED, ELECTED, '=k')
   list, marked, k.elected = fields[1], fields[2], fields[3]
+  if fields[4] then
+    return {-1, fields[4]} -- a read-write lock's or a semaphore's ('=k': family.lua)
+  end
 end
 if #ARGV >= gave_up then
   -- Attempts this owner gave up go first; a holding they end may be handed over, and this
@@ -109,6 +113,15 @@ local token = plan_token(k.fence, (proposal ~= '' and proposal) or now_us())
 -- A free lock whose queue has places (acquire_free.lua came here): marked below, so that
 -- its release hands it over.
 local others = queue_length(k)
+if others > 0 then
+  -- A read-write lock's or a semaphore's waiters (their places end with ':r', ':w' or ':p':
+  -- family.lua) outlived its holdings: the name is theirs.
+  local place = redis.call('HGET', k.waiting, redis.call('LINDEX', k.queue, 0) or '') or ''
+  local family = string.match(place, ':([rwp])$')
+  if family then
+    return {-1, (family == 'p' and 'sem:') or 'rw'}
+  end
+end
 if leave_queue(k, owner) then
   others = others - 1
 end

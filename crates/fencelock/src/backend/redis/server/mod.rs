@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{RedisError, Value};
 
-use super::terms::{AcquireReply, Attempt, ReleaseSink, ReplicaAcks};
+use super::terms::{AcquireReply, Attempt, ReleaseSink, ReplicaAcks, Shape};
 use crate::backend::redis::keys::{LockKeys, CLIENT_CHANNELS};
 use crate::backend::{Leader, RawStatus, Released};
 use crate::error::{Error, Warning};
@@ -24,7 +24,7 @@ mod failover;
 mod scripts;
 
 use exec::{Conn, Lent, Master, Resend};
-use scripts::{evalsha, hold_count, renewal, scripts};
+use scripts::{evalsha, hold_count, renewal, scripts, Refusal};
 
 /// One Redis deployment that behaves as one server for a lock: a single server, the master
 /// of a Sentinel set, or a Redis Cluster (each lock lives in one slot).
@@ -163,6 +163,7 @@ impl RedisBackend {
             &s.raise_fence,
             &s.leader,
             &s.proclaim,
+            &s.family_acquire,
         ];
         let loads = all.iter().map(|script| self.load(None, script));
         for result in futures_util::future::join_all(loads).await {
@@ -208,20 +209,28 @@ impl RedisBackend {
         proposal: Option<u64>,
     ) -> Result<AcquireReply, Error> {
         let keys = &attempt.keys;
-        let script = &scripts().acquire;
         let before = self.before_acquire(attempt).await?;
-        let call = self.acquire_call(attempt, proposal, &before.stale);
+        let (script, call) = match attempt.shape {
+            Some(shape) => (
+                &scripts().family_acquire,
+                self.family_call(attempt, shape, &before.stale),
+            ),
+            None => (
+                &scripts().acquire,
+                self.acquire_call(attempt, proposal, &before.stale),
+            ),
+        };
         let queued = attempt.queueing.join.is_some();
         match attempt.acks {
             None => {
                 let reply: Vec<Value> = self.run(keys, script, &call).await?;
                 self.after_acquire(attempt, &before).await;
-                self.parse_acquire(keys, &reply, queued)
+                self.parse_acquire(attempt, &reply, queued)
             }
             Some(acks) => {
                 let (reply, lent): (Vec<Value>, _) = self.run_on_lent(keys, script, &call).await?;
                 self.after_acquire(attempt, &before).await;
-                let reply = self.parse_acquire(keys, &reply, queued)?;
+                let reply = self.parse_acquire(attempt, &reply, queued)?;
                 if !matches!(reply, AcquireReply::Acquired { .. }) {
                     lent.give_back(self);
                     return Ok(reply);
@@ -310,12 +319,83 @@ impl RedisBackend {
         })
     }
 
+    /// The family acquire script's call (family_acquire.lua): the short call (6 arguments)
+    /// for an attempt that neither queues, claims nor gives anything back, else all of them.
+    fn family_call(&self, attempt: &Attempt, shape: Shape, stale: &[u64]) -> redis::Cmd {
+        let keys = &attempt.keys;
+        let queueing = attempt.queueing;
+        let mut call = evalsha(&scripts().family_acquire, 4);
+        call.arg(keys.lock())
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.waiting());
+        call.arg(&*attempt.owner)
+            .arg(attempt.lease_ms)
+            .arg(attempt.id)
+            .arg(self.horizon_ms)
+            .arg(shape.arg());
+        let short = queueing.join.is_none()
+            && queueing.claim.is_none()
+            && attempt.abandoned.is_empty()
+            && stale.is_empty();
+        if short {
+            // family_acquire.lua's short call: the publish mode alone after ARGV[5].
+            call.arg(self.publish_mode());
+            return call;
+        }
+        let window = queueing.join.map(|w| w.as_millis().to_string());
+        call.arg(window.unwrap_or_default())
+            .arg(queueing.claim.map(|c| c.to_string()).unwrap_or_default())
+            .arg(keys.channel())
+            .arg(self.publish_mode())
+            .arg(attempt.listener.as_deref().unwrap_or(""));
+        call.arg(&attempt.abandoned[..]).arg(stale);
+        call
+    }
+
+    /// An acquire script's reply: a grant, the holder's lease, or a refusal (typed errors:
+    /// another primitive, another N, an upgrade).
     fn parse_acquire(
         &self,
-        keys: &LockKeys,
+        attempt: &Attempt,
         reply: &[Value],
         queued: bool,
     ) -> Result<AcquireReply, Error> {
+        let keys = &attempt.keys;
+        let lock = || keys.name().to_owned();
+        match scripts::parse_refusal(reply) {
+            Some(Refusal::Kind(found)) => {
+                let asked = match (attempt.shape, &attempt.value) {
+                    (Some(shape), _) => shape.word(),
+                    (None, Some(_)) => "election",
+                    (None, None) => "mutex",
+                };
+                return Err(Error::PrimitiveMismatch {
+                    lock: lock(),
+                    asked,
+                    found: scripts::primitive_word(&found).to_owned(),
+                    server: self.server.clone(),
+                });
+            }
+            Some(Refusal::Permits(stored)) => {
+                let asked = match attempt.shape {
+                    Some(Shape::Permit { permits, .. }) => permits,
+                    _ => 0,
+                };
+                return Err(Error::PermitsMismatch {
+                    lock: lock(),
+                    stored,
+                    asked,
+                });
+            }
+            Some(Refusal::Upgrade) => {
+                return Err(Error::UpgradeRefused {
+                    lock: lock(),
+                    owner: attempt.owner.to_string(),
+                })
+            }
+            None => {}
+        }
         scripts::parse_acquire(reply, queued).map_err(|detail| self.protocol(keys, &detail))
     }
 

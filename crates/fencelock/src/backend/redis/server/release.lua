@@ -23,6 +23,9 @@ end
 if fields.err then
   read('HMGET', k.lock, owner, QUEUED) -- fails, naming the key
 end
+if fields[4] then -- a read-write lock or a semaphore (family.lua)
+  return family_release(k, owner, id)
+end
 local list, marked = fields[1], fields[2]
 k.elected = fields[3]
 if id == '' then

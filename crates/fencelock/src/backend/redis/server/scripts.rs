@@ -35,6 +35,8 @@ pub(super) struct Scripts {
     pub(super) raise_fence: Lua,
     pub(super) leader: Lua,
     pub(super) proclaim: Lua,
+    /// A read-write lock's side or a semaphore's permit (family.lua).
+    pub(super) family_acquire: Lua,
 }
 
 /// A script's source: its parts (`.lua` files of this folder), in order. base.lua says why a
@@ -63,6 +65,7 @@ pub(super) fn scripts() -> &'static Scripts {
             "holds",
             "tokens",
             "queue",
+            "family",
             "release"
         ),
         extend: lua!("base", "holds", "extend"),
@@ -71,6 +74,14 @@ pub(super) fn scripts() -> &'static Scripts {
         raise_fence: lua!("base", "tokens", "raise_fence"),
         leader: lua!("base", "leader"),
         proclaim: lua!("base", "holds", "proclaim"),
+        family_acquire: lua!(
+            "family_free",
+            "base",
+            "tokens",
+            "holds",
+            "family",
+            "family_acquire"
+        ),
     })
 }
 
@@ -115,6 +126,38 @@ pub(super) fn parse_acquire(reply: &[Value], queued: bool) -> Result<AcquireRepl
             queued,
         }),
         other => Err(format!("acquire replied {}", brief(other))),
+    }
+}
+
+/// An acquire script's refusal, which changed nothing: the name is used as another primitive
+/// (`{-1, what}`: `mutex`, `election`, `rw`, `sem:N`), a semaphore of another N (`{-2, N}`), or
+/// a read -> write upgrade (`{-3}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Refusal {
+    Kind(String),
+    Permits(u32),
+    Upgrade,
+}
+
+/// The refusal an acquire script's reply says, if it is one.
+pub(super) fn parse_refusal(reply: &[Value]) -> Option<Refusal> {
+    match reply {
+        [Value::Int(-1), Value::BulkString(found)] => {
+            Some(Refusal::Kind(String::from_utf8_lossy(found).into_owned()))
+        }
+        [Value::Int(-2), Value::Int(n)] => Some(Refusal::Permits(u32::try_from(*n).unwrap_or(0))),
+        [Value::Int(-3)] => Some(Refusal::Upgrade),
+        _ => None,
+    }
+}
+
+/// The public word for what a name is used as, from a script's refusal (`=k`'s text).
+pub(super) fn primitive_word(found: &str) -> &'static str {
+    match found {
+        "rw" => "read-write lock",
+        "election" => "election",
+        f if f.starts_with("sem") => "semaphore",
+        _ => "mutex",
     }
 }
 
@@ -183,6 +226,9 @@ pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
         owners: Vec::new(),
         waiters: Vec::new(),
     };
+    let now_us =
+        server_micros(time).ok_or_else(|| format!("status: server time {}", brief(time)))?;
+    let mut ended = Vec::new();
     for pair in fields.chunks(2) {
         let [Value::BulkString(field), value] = pair else {
             return Err(format!("status: lock field {}", brief(pair)));
@@ -190,12 +236,22 @@ pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
         let field = String::from_utf8_lossy(field).into_owned();
         match field.as_str() {
             "=token" => status.current_token = Some(parse_token(value)?),
+            f if f.starts_with("=h:") => {
+                if holding_ended(value, now_us / 1000) {
+                    ended.push(f[3..].to_owned());
+                }
+            }
             f if f.starts_with('=') => {}
             _ => status.owners.push((field, hold_count(value))),
         }
     }
-    let now_us =
-        server_micros(time).ok_or_else(|| format!("status: server time {}", brief(time)))?;
+    // A read-write lock's or semaphore's holding past its own deadline (family.lua) is gone,
+    // though the next script has not dropped it yet.
+    status.owners.retain(|(owner, _)| !ended.contains(owner));
+    if !fields.is_empty() && status.owners.is_empty() {
+        status.held = false;
+        status.remaining = None;
+    }
     for pair in queue.chunks(2) {
         let (owner, place) = match pair {
             [Value::BulkString(owner), Value::BulkString(place)] => (owner, Some(place)),
@@ -210,6 +266,22 @@ pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
         ));
     }
     Ok(status)
+}
+
+/// Whether a family holding (`'<token> <since_us> <term_ms> ...'`, family.lua) is past its
+/// deadline at `now_ms` on the server's clock (an unreadable one counts as ended, as the
+/// scripts drop it).
+fn holding_ended(holding: &Value, now_ms: u64) -> bool {
+    let Value::BulkString(text) = holding else {
+        return true;
+    };
+    let text = String::from_utf8_lossy(text);
+    let mut parts = text.split(' ').skip(1).map(|n| n.parse::<u64>().ok());
+    let deadline = match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(since_us), Some(term_ms)) => (since_us / 1000).checked_add(term_ms),
+        _ => None,
+    };
+    deadline.is_none_or(|d| d <= now_ms)
 }
 
 /// `TIME`'s reply (seconds and microseconds, as text) in microseconds.
@@ -329,6 +401,53 @@ mod fuzz {
             let _ = hold_count(&v);
             prop_assert_eq!(renewal(ttl) == Renewal::Renewed, ttl >= 0);
         }
+    }
+
+    #[test]
+    fn refusals_parse_and_other_replies_are_none() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(
+            parse_refusal(&[Value::Int(-1), bulk("sem:3")]),
+            Some(Refusal::Kind("sem:3".into()))
+        );
+        assert_eq!(
+            parse_refusal(&[Value::Int(-2), Value::Int(3)]),
+            Some(Refusal::Permits(3))
+        );
+        assert_eq!(parse_refusal(&[Value::Int(-3)]), Some(Refusal::Upgrade));
+        assert_eq!(parse_refusal(&[Value::Int(0), Value::Int(5)]), None);
+        assert_eq!(primitive_word("rw"), "read-write lock");
+        assert_eq!(primitive_word("sem:"), "semaphore");
+        assert_eq!(primitive_word("election"), "election");
+        assert_eq!(primitive_word("mutex"), "mutex");
+    }
+
+    #[test]
+    fn a_family_status_drops_holdings_past_their_deadlines() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        // Server time 1700000000.000005 s: the first holding (from ...000 s for 30 s) is
+        // live, the second (from 1699999000 s for 1.5 s) is past its deadline.
+        let reply = vec![
+            Value::Int(29000),
+            bulk("42"),
+            Value::Array(vec![
+                bulk("=k"),
+                bulk("rw"),
+                bulk("a:1"),
+                bulk("7"),
+                bulk("=h:a:1"),
+                bulk("41 1700000000000000 30000"),
+                bulk("b:1"),
+                bulk("8 9"),
+                bulk("=h:b:1"),
+                bulk("40 1699999000000000 1500 9"),
+            ]),
+            Value::Array(vec![bulk("1700000000"), bulk("5")]),
+            Value::Array(vec![]),
+        ];
+        let status = parse_status(&reply).unwrap();
+        assert_eq!(status.owners, vec![("a:1".to_string(), 1)]);
+        assert!(status.held);
     }
 
     #[test]
