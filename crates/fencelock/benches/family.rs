@@ -232,15 +232,26 @@ pub struct Contended {
     pub busy_holders: f64,
 }
 
-/// How a contending worker holds: spinning (as `CuratorBench` does) below 5 ms, sleeping
-/// above.
-async fn hold_for(hold: Duration) {
-    if hold >= Duration::from_millis(5) {
-        return tokio::time::sleep(hold).await;
-    }
-    let until = Instant::now() + hold;
-    while Instant::now() < until {
-        tokio::task::yield_now().await;
+/// How a contending worker holds its acquisition.
+#[derive(Clone, Copy)]
+pub enum Hold {
+    /// Busy, yielding to the runtime (as `CuratorBench`'s workers spin).
+    Spin(Duration),
+    /// Asleep (work that waits, leaving the cores to the server and the other clients).
+    Sleep(Duration),
+}
+
+impl Hold {
+    async fn hold(self) {
+        match self {
+            Hold::Sleep(hold) => tokio::time::sleep(hold).await,
+            Hold::Spin(hold) => {
+                let until = Instant::now() + hold;
+                while Instant::now() < until {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
     }
 }
 
@@ -250,7 +261,7 @@ async fn turn(
     t: &Taker,
     mixed: bool,
     limit: u64,
-    hold: Duration,
+    hold: Hold,
     window: (Instant, Instant),
 ) {
     let asked = Instant::now();
@@ -274,7 +285,7 @@ async fn turn(
         };
         gaps.lock().unwrap().push(got - r);
     }
-    hold_for(hold).await;
+    hold.hold().await;
     if t.exclusive() {
         sh.writers.fetch_sub(1, Ordering::SeqCst);
     }
@@ -293,7 +304,7 @@ pub async fn contend(
     takers: Vec<Taker>,
     limit: u64,
     mixed: bool,
-    hold: Duration,
+    hold: Hold,
     secs: f64,
 ) -> Contended {
     let sh = Arc::new(Shared::default());

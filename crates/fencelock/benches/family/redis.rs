@@ -9,7 +9,7 @@ use fencelock_testkit::RedisServer;
 use redis::aio::MultiplexedConnection;
 use serde_json::{json, Value};
 
-use super::{contend, median, Plan, Primitive};
+use super::{contend, median, Hold, Plan, Primitive};
 
 /// The semaphore's N in every Redis row.
 const PERMITS: u32 = 3;
@@ -103,27 +103,35 @@ async fn server_time(server: &RedisServer, client: &Client, plan: Plan) -> Value
     })
 }
 
-/// [`WORKERS`] workers, one client each, on a semaphore of [`PERMITS`], holding `hold`.
-async fn utilisation(server: &RedisServer, hold: Duration, secs: f64) -> Value {
+/// [`WORKERS`] workers, one client each, on `p` (a semaphore of [`PERMITS`], or the mutex
+/// for comparison), holding `hold` asleep (spinning would take the machine's 2 cores from the
+/// server and the clients).
+async fn utilisation(server: &RedisServer, p: Primitive, hold: Duration, secs: f64) -> Value {
     let mut clients = Vec::new();
     for _ in 0..WORKERS {
         clients.push(Client::connect(&server.url()).await.unwrap());
     }
-    let name = format!("busy-{}", hold.as_micros());
-    let p = Primitive::Permit(PERMITS);
-    let takers: Vec<_> = clients.iter().map(|c| p.taker(c, &name, Some(0))).collect();
-    contend(takers.clone(), PERMITS.into(), false, hold, 0.5).await;
-    let run = contend(takers, PERMITS.into(), false, hold, secs).await;
+    let name = format!("busy-{}-{}", p.label(), hold.as_micros());
+    let capacity = match p {
+        Primitive::Permit(n) => n,
+        _ => 1,
+    };
+    let takers: Vec<_> = clients.iter().map(|c| p.taker(c, &name, Some(1))).collect();
+    let (limit, hold_as) = (u64::from(capacity), Hold::Sleep(hold));
+    contend(takers.clone(), limit, false, hold_as, 0.5).await;
+    let run = contend(takers, limit, false, hold_as, secs).await;
     for c in clients {
         c.close().await.unwrap();
     }
-    let utilisation = run.busy_holders / f64::from(PERMITS);
+    let utilisation = run.busy_holders / f64::from(capacity);
     let (min, max) = (
         *run.per_worker.iter().min().unwrap_or(&0),
         *run.per_worker.iter().max().unwrap_or(&0),
     );
     let spread = max as f64 / min.max(1) as f64;
     json!({
+        "primitive": p.label(),
+        "holders": capacity,
         "hold_ms": hold.as_secs_f64() * 1e3,
         "secs": secs,
         "utilisation": utilisation,
@@ -164,9 +172,13 @@ pub fn run(multi: &tokio::runtime::Runtime, single: &tokio::runtime::Runtime, pl
     };
     let secs = plan.contend_secs * plan.contend_slices as f64;
     let mut busy = Vec::new();
+    let semaphore = Primitive::Permit(PERMITS);
     for hold in [Duration::from_millis(10), Duration::from_millis(1)] {
-        busy.push(multi.block_on(utilisation(&server, hold, secs)));
+        busy.push(multi.block_on(utilisation(&server, semaphore, hold, secs)));
     }
+    // The mutex under the same load, for comparison (no target).
+    let hold = Duration::from_millis(10);
+    busy.push(multi.block_on(utilisation(&server, Primitive::Mutex, hold, secs)));
     json!({
         "permits": PERMITS,
         "workers": WORKERS,

@@ -10,7 +10,7 @@ use fencelock::Client;
 use fencelock_testkit::{curator_bench, ZooKeeperServer};
 use serde_json::{json, Value};
 
-use super::{contend, median, rate, Plan, Primitive};
+use super::{contend, median, rate, Hold, Plan, Primitive};
 
 /// The semaphore's N in every ZooKeeper row.
 const PERMITS: u32 = 3;
@@ -178,7 +178,7 @@ fn contended(
         _ => u64::MAX,
     };
     let mixed = p == Primitive::Read;
-    rt.block_on(contend(takers.clone(), limit, mixed, HOLD, 0.5));
+    rt.block_on(contend(takers.clone(), limit, mixed, Hold::Spin(HOLD), 0.5));
     let mut args = vec![
         "contend".to_owned(),
         plan.contend_secs.to_string(),
@@ -198,7 +198,7 @@ fn contended(
             takers.clone(),
             limit,
             mixed,
-            HOLD,
+            Hold::Spin(HOLD),
             plan.contend_secs,
         ));
         let theirs = match early.unwrap_or_else(|| curator.slice()) {
