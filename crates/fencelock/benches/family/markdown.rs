@@ -190,9 +190,19 @@ pub fn markdown(report: &Value) -> String {
          -- --markdown docs/PERFORMANCE-family.md` (one run{}; JSON in \
          `target/bench-family.json`). Each service is a throwaway server of the test kit on \
          this machine (2 cores, shared); every row runs beside its reference in the same run, \
-         in {} uncontended slices of {} s and {} contended slices of {} s, and reads the median.\n\n",
-        if report["quick"].as_bool() == Some(true) { ", `--quick`" } else { "" },
-        p["slices"], p["slice_secs"], p["contend_slices"], p["contend_secs"],
+         in {} uncontended slices of {} s and {} contended slices of {} s, and reads the median. \
+         Other builds share the machine: rows within about 10 % of their target have come out \
+         on either side of it from one run to the next, and the per-slice figures are in the \
+         JSON.\n\n",
+        if report["quick"].as_bool() == Some(true) {
+            ", `--quick`"
+        } else {
+            ""
+        },
+        p["slices"],
+        p["slice_secs"],
+        p["contend_slices"],
+        p["contend_secs"],
     );
     let sections: [(&str, Section); 3] =
         [("zookeeper", zookeeper), ("redis", redis), ("etcd", etcd)];
