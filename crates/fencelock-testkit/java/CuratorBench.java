@@ -13,7 +13,8 @@
 //   even workers take the write side and the odd ones the read side, and the gaps and waits
 //   reported are the readers' (the writers' as w_gap_p50_us, w_gap_p99_us).
 //   The gap of an acquisition is the time from the latest release (its sending) to it,
-//   counted when that release came after the acquisition was asked (it waited for it).
+//   counted when that release came after the acquisition was asked (it waited for it); for
+//   the mutex, at every acquisition after the first (as before, and as fencelock's bench.rs).
 //   "overlaps" counts acquisitions that broke the primitive's rule (a writer beside anyone,
 //   more than <permits> leases).
 //
@@ -128,9 +129,11 @@ public final class CuratorBench {
         final List<Long> writerGaps = Collections.synchronizedList(new ArrayList<>());
         final List<Long> waits = Collections.synchronizedList(new ArrayList<>());
         final int limit;
+        final boolean everyGap;
 
-        Shared(int limit) {
+        Shared(int limit, boolean everyGap) {
             this.limit = limit;
+            this.everyGap = everyGap;
         }
     }
 
@@ -149,7 +152,10 @@ public final class CuratorBench {
         if (!writerOfMixed) {
             sh.waits.add(got - asked);
         }
-        if (r > asked) {
+        if (sh.everyGap && r != 0) {
+            // The mutex's gaps as before (and as fencelock's bench.rs counts them).
+            sh.gaps.add(Math.max(0, got - r));
+        } else if (r > asked) {
             (writerOfMixed ? sh.writerGaps : sh.gaps).add(got - r);
         }
         long hold = System.nanoTime() + holdNanos;
@@ -165,10 +171,10 @@ public final class CuratorBench {
     }
 
     /** Contention: returns the result line. */
-    static String contend(Taker[] takers, int limit, boolean mixed, long holdNanos,
-            long untilNanos) throws Exception {
+    static String contend(Taker[] takers, int limit, boolean mixed, boolean everyGap,
+            long holdNanos, long untilNanos) throws Exception {
         int workers = takers.length;
-        Shared sh = new Shared(limit);
+        Shared sh = new Shared(limit, everyGap);
         long[] counts = new long[workers];
         Thread[] threads = new Thread[workers];
         Exception[] failed = new Exception[1];
@@ -248,11 +254,12 @@ public final class CuratorBench {
                 }
             }
             boolean mixed = primitive.equals("rw-read");
+            boolean everyGap = primitive.equals("mutex");
             int limit = primitive.equals("semaphore") ? permits : Integer.MAX_VALUE;
             if (solo) {
                 solo(takers[0], System.nanoTime() + warm);
             } else {
-                contend(takers, limit, mixed, holdNanos, System.nanoTime() + warm);
+                contend(takers, limit, mixed, everyGap, holdNanos, System.nanoTime() + warm);
             }
             System.out.println("READY");
             System.out.flush();
@@ -266,7 +273,7 @@ public final class CuratorBench {
                     double elapsed = (System.nanoTime() - start) / 1e9;
                     line = String.format(java.util.Locale.ROOT, "pairs=%d secs=%.4f", pairs, elapsed);
                 } else {
-                    line = contend(takers, limit, mixed, holdNanos,
+                    line = contend(takers, limit, mixed, everyGap, holdNanos,
                             System.nanoTime() + (long) (secs * 1e9));
                 }
                 System.out.println("RESULT " + line);
