@@ -207,7 +207,8 @@ impl Driver for Queue<'_> {
         let woke = match (self.permits, attempt.revision) {
             (Some(_), Some(mine)) => {
                 let seen = self.seen.load(std::sync::atomic::Ordering::Relaxed);
-                recipe::wait_for_any(session, &self.dir, (mine, seen), wait.deadline()).await
+                let own = (attempt.key.as_str(), mine, seen);
+                recipe::wait_for_any(session, &self.dir, own, wait.deadline()).await
             }
             _ => recipe::wait_for(session, on, wait.deadline()).await,
         };

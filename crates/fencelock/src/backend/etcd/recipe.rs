@@ -375,30 +375,38 @@ impl Deletion {
     }
 
     /// Watches range `dir` for any deletion from the current revision, and waits until the
-    /// server has confirmed the watch; then counts the range's keys below create revision
-    /// `mine`: `None` when fewer than `seen` (one went already: look again). A permit waits
-    /// so: any key ahead that goes may let it hold, not one key in particular.
+    /// server has confirmed the watch; then reads the keys of the range below create
+    /// revision `mine` again: `None` when fewer than `seen` are left (one went already: look
+    /// again) or when the attempt's own key (`key`, created at `mine`) is gone. A permit
+    /// waits so: any key ahead that goes may let it hold, not one key in particular. The
+    /// keys are read, not counted: etcd's count-only range ignores `max_create_revision` and
+    /// counts the whole range (the waiter's own key and every key behind it), which hid a
+    /// deletion between the look and the watch (a waiter that never held).
     pub(crate) async fn watch_range(
         session: &Session,
         dir: &str,
-        mine: i64,
+        (key, mine): (&str, i64),
         seen: usize,
     ) -> Result<Option<Self>, Fault> {
         let options = etcd::WatchOptions::new()
             .with_prefix()
             .with_filters([etcd::WatchFilterType::NoPut]);
         let stream = confirmed(session, dir, options).await?;
-        let count = GetOptions::new()
+        let below = GetOptions::new()
             .with_prefix()
             .with_max_create_revision(mine - 1)
-            .with_count_only();
-        let reply = session
-            .call(|mut c| {
-                let (dir, count) = (dir.to_owned(), count.clone());
-                async move { c.get(dir, Some(count)).await }
-            })
-            .await?;
-        let ahead = usize::try_from(reply.count()).unwrap_or(0);
+            .with_keys_only();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, mine)])
+            .and_then([TxnOp::get(dir, Some(below))]);
+        let reply = session.txn(txn).await?;
+        if !reply.succeeded() {
+            return Ok(None);
+        }
+        let ahead = ranges(&reply)?
+            .into_iter()
+            .next()
+            .map_or(0, |keys| keys.len());
         Ok((ahead >= seen).then_some(Self { stream }))
     }
 
@@ -466,14 +474,15 @@ pub(crate) async fn wait_for(
 }
 
 /// Waits until a key of range `dir` below create revision `mine` is deleted (of `seen`
-/// keys there when the queue was read), the session ends (an error), or `deadline` passes.
+/// keys there when the queue was read), the attempt's own key (`key`, created at `mine`)
+/// is found gone, the session ends (an error), or `deadline` passes.
 pub(crate) async fn wait_for_any(
     session: &Arc<Session>,
     dir: &str,
-    (mine, seen): (i64, usize),
+    (key, mine, seen): (&str, i64, usize),
     deadline: Option<Instant>,
 ) -> Result<Wake, Fault> {
-    let deletion = Deletion::watch_range(session, dir, mine, seen).await?;
+    let deletion = Deletion::watch_range(session, dir, (key, mine), seen).await?;
     wait_on(session, deletion, deadline).await
 }
 
