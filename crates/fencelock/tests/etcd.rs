@@ -1053,3 +1053,32 @@ async fn permit_keys(raw: &mut etcd_client::Client, name: &str) -> Vec<String> {
     keys.map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
         .collect()
 }
+
+/// A raised N lets a waiter hold at once: with one permit of one held and a waiter, another
+/// client raises N to 3 and holds; the waiter, now one key behind the holder of three
+/// permits, holds too, without any release. The waiter watched deletions only, and N is
+/// stored outside the range: it was not woken until a permit was given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_a_raised_n_wakes_a_waiter() {
+    let etcd = server();
+    within(60.0, "a raised N", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        let held = a.semaphore("sem-raised", 1).acquire().await.unwrap();
+        let semaphore = b.semaphore("sem-raised", 1);
+        let waiting = tokio::spawn(async move { semaphore.acquire().await });
+        common::family::until_entries(&a, "sem-raised", 2).await;
+        let raised = a.semaphore("sem-raised", 3).resize();
+        let third = within(5.0, "a permit of three", raised.acquire()).await;
+        let third = third.unwrap();
+        let what = "the waiter under the raised N";
+        let got = within(5.0, what, waiting).await.unwrap().unwrap();
+        assert!(held.is_held() && third.is_held() && got.is_held());
+        for guard in [held, third, got] {
+            guard.release().await.unwrap();
+        }
+    })
+    .await;
+}

@@ -95,6 +95,12 @@ impl Permits {
         Self(std::sync::atomic::AtomicUsize::new(n as usize))
     }
 
+    /// The semaphore's number the rule goes by.
+    pub(crate) fn get(&self) -> u32 {
+        let n = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     /// The semaphore's number, as read with the queue.
     pub(crate) fn set(&self, n: u32) {
         self.0
