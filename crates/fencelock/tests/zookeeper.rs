@@ -1876,3 +1876,33 @@ async fn semaphore_any_release_lets_a_waiter_hold() {
     })
     .await;
 }
+
+/// A raised N lets a waiter hold at once: with one permit of one held and a waiter, another
+/// client raises N to 3 and holds; the waiter, one of two lease nodes under N = 3, holds
+/// too, without any release. The waiter watched the lease nodes only, under the
+/// semaphore's mutex, and N is the folder's data: it was not woken, and the client that
+/// raised N queued behind it for the mutex, so neither held until a permit was given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_a_raised_n_wakes_a_waiter() {
+    let zk = server();
+    within(60.0, "a raised N", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        let held = a.semaphore("sem-raised", 1).acquire().await.unwrap();
+        let semaphore = b.semaphore("sem-raised", 1);
+        let waiting = tokio::spawn(async move { semaphore.acquire().await });
+        common::family::until_entries(&a, "sem-raised", 2).await;
+        let raised = a.semaphore("sem-raised", 3).resize();
+        let third = within(5.0, "a permit of three", raised.acquire()).await;
+        let third = third.unwrap();
+        let what = "the waiter under the raised N";
+        let got = within(5.0, what, waiting).await.unwrap().unwrap();
+        assert!(held.is_held() && third.is_held() && got.is_held());
+        for guard in [held, third, got] {
+            guard.release().await.unwrap();
+        }
+    })
+    .await;
+}
