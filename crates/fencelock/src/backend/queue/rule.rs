@@ -82,7 +82,8 @@ impl Rule for Reader {
 
 /// A semaphore's permit: holds when fewer than N entries are ahead; otherwise it waits, with
 /// `on` the entry N places before its own. Any entry ahead that goes may let it hold, so a
-/// driver waits for any of them (etcd watches the range), not for `on` alone. N is the
+/// driver waits for any of them (etcd watches the range), not for `on` alone, and for N to
+/// change (a raised N lets it hold). N is the
 /// semaphore's number as last read ([`Permits::set`]): a resize applies to the waiters.
 #[derive(Debug)]
 #[cfg_attr(not(feature = "etcd"), allow(dead_code))]

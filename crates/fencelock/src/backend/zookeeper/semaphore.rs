@@ -13,9 +13,9 @@
 //!
 //! N is stored as the semaphore folder's data (decimal), where Curator does not look: a
 //! fencelock attempt with another N is refused (`Error::PermitsMismatch`) unless it
-//! resizes, which rewrites it (guarded by the data's version). Waiters read it again at each
-//! turn, so a lowered N revokes nothing: holders stay, and a waiter holds once at most N
-//! lease nodes (its own included) are there. Curator keeps its N in the process: a Curator
+//! resizes, which rewrites it (guarded by the data's version). Waiters read it again, with a
+//! watch, at each turn, so a lowered N revokes nothing: holders stay, and a waiter holds
+//! once at most N lease nodes (its own included) are there; a raised N wakes it. Curator keeps its N in the process: a Curator
 //! semaphore of another N is not detected. The folders are containers: once the last node
 //! is gone the server reaps them, and N with them.
 
