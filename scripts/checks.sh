@@ -56,5 +56,16 @@ echo "== cargo package"
 # Verified: each package is unpacked and built as a user of the registry would build it, so
 # a file the package leaves out fails here. (Local changes are allowed so that the checks run
 # before a commit too.)
+# cargo unpacks the workspace's own packages from its temporary registry into
+# $CARGO_HOME/registry/src/-<hash>/ and builds them into target/debug as registry packages,
+# which it never rebuilds: a copy or a build left by an earlier run (earlier sources) would be
+# verified instead. Remove both first (a fresh machine has neither).
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/fencelock*
+for dep in target/debug/deps/fencelock*.d; do
+  if [ -e "$dep" ] && grep -q "registry/src/-" "$dep"; then
+    stem=$(basename "$dep" .d)
+    rm -rf "target/debug/deps/$stem"* "target/debug/deps/lib$stem"* "target/debug/.fingerprint/$stem"
+  fi
+done
 cargo package --workspace --locked --allow-dirty --quiet >/dev/null
 echo "checks passed"

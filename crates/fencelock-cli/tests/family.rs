@@ -4,9 +4,8 @@
 //! that make no sense (before any contact), and `status` listing several holders with their
 //! origin. Real servers and processes; every wait is for a file, a status or an exit, bounded.
 //!
-//! The read-write lock and the semaphore are checked on each service that offers them: on a
-//! service that does not (yet), the test checks the clear refusal (69) instead, found by
-//! asking the library (`Error::Unsupported`).
+//! The read-write lock and the semaphore are checked on Redis, ZooKeeper and etcd; each test
+//! first makes sure the service offers the primitive (a refusal fails the test).
 
 mod common;
 
@@ -103,18 +102,6 @@ async fn offers(client: &Client, semaphore: bool) -> bool {
     }
 }
 
-/// A service without the primitive: `run` says so and exits 69, PROGRAM never runs.
-async fn refused_clearly(server: &Server, args: &[&str], words: &str) {
-    let mut argv = vec!["run"];
-    argv.extend_from_slice(args);
-    argv.extend(["--", "sh", "-c", "echo ran"]);
-    let out = server.output(&argv).await;
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(CONNECTION), "{stderr}");
-    assert!(stderr.contains(words), "{stderr}");
-    assert!(!stdout.contains("ran"), "{stdout}");
-}
-
 /// `fencelock status NAME` as text and JSON.
 async fn status(server: &Server, name: &str) -> (String, serde_json::Value) {
     let out = server.output(&["status", name]).await;
@@ -139,9 +126,11 @@ fn roles(json: &serde_json::Value) -> Vec<String> {
 async fn readers_share_and_a_writer_waits(kind: Kind) {
     let server = Server::start(kind).await;
     let observer = client(&server).await;
-    if !offers(&observer, false).await {
-        return refused_clearly(&server, &["-s", "rw"], "offers no read-write lock").await;
-    }
+    assert!(
+        offers(&observer, false).await,
+        "no read-write lock on {}",
+        server.url()
+    );
     let dir = tempfile::tempdir().unwrap();
     let r1 = Holder::start(&server, dir.path(), "r1", &["-s", "rw"]);
     let r2 = Holder::start(&server, dir.path(), "r2", &["--shared", "rw"]);
@@ -196,9 +185,11 @@ async fn readers_share_and_a_writer_waits_etcd() {
 async fn two_permits_let_two_in(kind: Kind) {
     let server = Server::start(kind).await;
     let observer = client(&server).await;
-    if !offers(&observer, true).await {
-        return refused_clearly(&server, &["--permits", "2", "sem"], "offers no semaphore").await;
-    }
+    assert!(
+        offers(&observer, true).await,
+        "no semaphore on {}",
+        server.url()
+    );
     let dir = tempfile::tempdir().unwrap();
     let p1 = Holder::start(&server, dir.path(), "p1", &["--permits", "2", "sem"]);
     let p2 = Holder::start(&server, dir.path(), "p2", &["--permits", "2", "sem"]);

@@ -245,9 +245,8 @@ async fn verify_multi_without_fencing_shows_violations() {
     assert!(count(run, "lost_updates") >= 1, "{}", text(&out));
 }
 
-/// `--primitive rwlock|semaphore` on a service: clean under client pauses and kills where
-/// the service offers the primitive (readers and writers, or permit holders, both in the
-/// run); where it does not (yet), verify says so before any run, with 69.
+/// `--primitive rwlock|semaphore` on a service: clean under client pauses and kills, with
+/// readers and writers (or permit holders) in the run.
 async fn verify_family(backend: &str, primitive: &str, seed: &str) {
     let dir = tempfile::tempdir().unwrap();
     let args = ["--backend", backend, "--primitive", primitive];
@@ -264,10 +263,6 @@ async fn verify_family(backend: &str, primitive: &str, seed: &str) {
         dir.path(),
     )
     .await;
-    if out.status.code() == Some(69) {
-        assert!(text(&out).contains("is not supported by"), "{}", text(&out));
-        return;
-    }
     assert_clean(&out, dir.path());
     let run = &report(dir.path())["runs"][0];
     let crowds = run["verdict"]["crowds"].as_array().unwrap();
@@ -280,32 +275,32 @@ async fn verify_family(backend: &str, primitive: &str, seed: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_rwlock_on_one_redis_is_clean_or_refused() {
+async fn verify_rwlock_on_one_redis_is_clean() {
     verify_family("redis", "rwlock", "41").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_rwlock_on_zookeeper_is_clean_or_refused() {
+async fn verify_rwlock_on_zookeeper_is_clean() {
     verify_family("zookeeper", "rwlock", "42").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_rwlock_on_etcd_is_clean_or_refused() {
+async fn verify_rwlock_on_etcd_is_clean() {
     verify_family("etcd", "rwlock", "43").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_semaphore_on_one_redis_is_clean_or_refused() {
+async fn verify_semaphore_on_one_redis_is_clean() {
     verify_family("redis", "semaphore", "51").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_semaphore_on_zookeeper_is_clean_or_refused() {
+async fn verify_semaphore_on_zookeeper_is_clean() {
     verify_family("zookeeper", "semaphore", "52").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_semaphore_on_etcd_is_clean_or_refused() {
+async fn verify_semaphore_on_etcd_is_clean() {
     verify_family("etcd", "semaphore", "53").await;
 }
 

@@ -298,12 +298,7 @@ impl CuratorLock {
 
     /// Every line the program printed so far.
     pub fn lines(&self) -> Vec<String> {
-        self.output
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .lines
-            .clone()
+        all_lines(&self.output)
     }
 
     /// The rest of the first line printed that starts with `word` and a space (or is `word`),
@@ -316,34 +311,8 @@ impl CuratorLock {
     /// rest of it. Fails if the program prints `ERROR`, closes its output first or takes
     /// longer than `timeout`.
     pub fn wait_line(&self, word: &str, timeout: Duration) -> Result<String, TestkitError> {
-        let deadline = Instant::now() + timeout;
-        let (lock, changed) = &*self.output;
-        let mut out = lock.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(rest) = find(&out.lines, word) {
-                return Ok(rest);
-            }
-            let fail = |why: String| TestkitError::Process {
-                detail: format!("CuratorLock on {}: no {word}: {why}", self.path),
-            };
-            if let Some(error) = find(&out.lines, "ERROR") {
-                return Err(fail(format!("ERROR {error}")));
-            }
-            if out.closed {
-                return Err(fail(format!("output closed after {:?}", out.lines)));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(fail(format!(
-                    "not within {timeout:?}; lines {:?}",
-                    out.lines
-                )));
-            }
-            out = changed
-                .wait_timeout(out, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        let who = format!("CuratorLock on {}", self.path);
+        wait_line(&self.output, &who, word, timeout)
     }
 
     /// Waits until the mutex is held (at most `timeout`) and returns its lock node's path,
@@ -430,6 +399,55 @@ impl CuratorLock {
     }
 }
 
+/// Every line a program printed so far.
+fn all_lines(output: &Lines) -> Vec<String> {
+    output
+        .0
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .lines
+        .clone()
+}
+
+/// Waits for the first line of `output` that starts with `word` and returns the rest of it.
+/// Fails if the program (`who`, for the error) prints `ERROR`, closes its output first or
+/// takes longer than `timeout`.
+fn wait_line(
+    output: &Lines,
+    who: &str,
+    word: &str,
+    timeout: Duration,
+) -> Result<String, TestkitError> {
+    let deadline = Instant::now() + timeout;
+    let (lock, changed) = &**output;
+    let mut out = lock.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if let Some(rest) = find(&out.lines, word) {
+            return Ok(rest);
+        }
+        let fail = |why: String| TestkitError::Process {
+            detail: format!("{who}: no {word}: {why}"),
+        };
+        if let Some(error) = find(&out.lines, "ERROR") {
+            return Err(fail(format!("ERROR {error}")));
+        }
+        if out.closed {
+            return Err(fail(format!("output closed after {:?}", out.lines)));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(fail(format!(
+                "not within {timeout:?}; lines {:?}",
+                out.lines
+            )));
+        }
+        out = changed
+            .wait_timeout(out, deadline - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
 fn find(lines: &[String], word: &str) -> Option<String> {
     lines.iter().find_map(|l| {
         if l == word {
@@ -513,12 +531,7 @@ impl CuratorLatch {
 
     /// Every line the program printed so far.
     pub fn lines(&self) -> Vec<String> {
-        self.output
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .lines
-            .clone()
+        all_lines(&self.output)
     }
 
     /// The rest of the first line that starts with `word` and a space (or is `word`), if any.
@@ -529,34 +542,8 @@ impl CuratorLatch {
     /// Waits for the first line that starts with `word` and returns the rest of it. Fails if
     /// the program prints `ERROR`, closes its output first or takes longer than `timeout`.
     pub fn wait_line(&self, word: &str, timeout: Duration) -> Result<String, TestkitError> {
-        let deadline = Instant::now() + timeout;
-        let (lock, changed) = &*self.output;
-        let mut out = lock.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(rest) = find(&out.lines, word) {
-                return Ok(rest);
-            }
-            let fail = |why: String| TestkitError::Process {
-                detail: format!("CuratorLatch on {}: no {word}: {why}", self.path),
-            };
-            if let Some(error) = find(&out.lines, "ERROR") {
-                return Err(fail(format!("ERROR {error}")));
-            }
-            if out.closed {
-                return Err(fail(format!("output closed after {:?}", out.lines)));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(fail(format!(
-                    "not within {timeout:?}; lines {:?}",
-                    out.lines
-                )));
-            }
-            out = changed
-                .wait_timeout(out, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        let who = format!("CuratorLatch on {}", self.path);
+        wait_line(&self.output, &who, word, timeout)
     }
 
     /// Waits until the latch's node exists (at most `timeout`) and returns its path.

@@ -984,3 +984,101 @@ async fn semaphore_any_release_lets_a_waiter_hold() {
     })
     .await;
 }
+
+/// A permit's holder released while a waiter was between its look at the queue and its
+/// watch of the range: the waiter holds. The waiter reads the keys ahead of its own, then
+/// watches the range from the current revision, then reads again to find a deletion that
+/// came in between. That second read was a count-only range, which etcd counts over the
+/// whole range (its `max_create_revision` is ignored there): the waiter's own key kept the
+/// count at one, so a release in that window was never seen and the waiter never held.
+/// The waiter's client goes through a proxy with 50 ms of latency each way, which widens
+/// the window to about 100 ms at the server; the release is swept across the waiter's first
+/// round trips in 25 ms steps (the sweep is the fault's timing, not a wait for an event), so
+/// that some rounds release inside the window whatever the number of round trips before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_a_release_while_a_waiter_starts_watching_wakes_it() {
+    let etcd = server();
+    let slow = fencelock_testkit::TcpProxy::start(etcd.port()).expect("proxy");
+    slow.set_latency(Duration::from_millis(50));
+    let what = "releases across a waiter's first round trips";
+    within(120.0, what, async {
+        let holder = client_at(&etcd.url(), 10_000).await;
+        let waiter = client_at(&format!("etcd://{}", slow.connect_string()), 10_000).await;
+        let mut raw = common::etcd_raw(&etcd.endpoints()).await;
+        for round in 0..20 {
+            let delay = Duration::from_millis(25 * round);
+            release_after_the_waiters_put(&holder, &waiter, &mut raw, delay).await;
+        }
+        assert!(permit_keys(&mut raw, "sem-window").await.is_empty());
+    })
+    .await;
+}
+
+/// One round of [`semaphore_a_release_while_a_waiter_starts_watching_wakes_it`]: `holder`
+/// holds the one permit of "sem-window", `waiter` waits for it; `delay` after the waiter's
+/// key is there, the holder releases, and the waiter must hold within 5 s.
+async fn release_after_the_waiters_put(
+    holder: &Client,
+    waiter: &Client,
+    raw: &mut etcd_client::Client,
+    delay: Duration,
+) {
+    let held = holder.semaphore("sem-window", 1).acquire().await.unwrap();
+    let semaphore = waiter.semaphore("sem-window", 1);
+    let waiting = tokio::spawn(async move { semaphore.acquire().await });
+    within(10.0, "the waiter's key", async {
+        while permit_keys(raw, "sem-window").await.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(delay).await;
+    held.release().await.unwrap();
+    let what = format!("the waiter, the holder released {delay:?} after its put");
+    let got = within(5.0, &what, waiting).await.unwrap().unwrap();
+    got.release().await.unwrap();
+}
+
+/// The permit keys of semaphore `name`, read with a raw client.
+async fn permit_keys(raw: &mut etcd_client::Client, name: &str) -> Vec<String> {
+    let range = format!("/fencelock/{name}/permit/");
+    let options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_keys_only();
+    let got = raw
+        .get(range, Some(options))
+        .await
+        .expect("the permit keys");
+    let keys = got.kvs().iter();
+    keys.map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect()
+}
+
+/// A raised N lets a waiter hold at once: with one permit of one held and a waiter, another
+/// client raises N to 3 and holds; the waiter, now one key behind the holder of three
+/// permits, holds too, without any release. The waiter watched deletions only, and N is
+/// stored outside the range: it was not woken until a permit was given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_a_raised_n_wakes_a_waiter() {
+    let etcd = server();
+    within(60.0, "a raised N", async {
+        let (a, b) = (
+            client_at(&etcd.url(), 10_000).await,
+            client_at(&etcd.url(), 10_000).await,
+        );
+        let held = a.semaphore("sem-raised", 1).acquire().await.unwrap();
+        let semaphore = b.semaphore("sem-raised", 1);
+        let waiting = tokio::spawn(async move { semaphore.acquire().await });
+        common::family::until_entries(&a, "sem-raised", 2).await;
+        let raised = a.semaphore("sem-raised", 3).resize();
+        let third = within(5.0, "a permit of three", raised.acquire()).await;
+        let third = third.unwrap();
+        let what = "the waiter under the raised N";
+        let got = within(5.0, what, waiting).await.unwrap().unwrap();
+        assert!(held.is_held() && third.is_held() && got.is_held());
+        for guard in [held, third, got] {
+            guard.release().await.unwrap();
+        }
+    })
+    .await;
+}

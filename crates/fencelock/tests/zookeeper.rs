@@ -1407,6 +1407,53 @@ async fn an_observer_cut_off_fails_then_follows_anew() {
     .await;
 }
 
+/// An observer that failed because its session went unheard (cut off, neither heard nor
+/// ended) and is called again waits: its new follower waits for the session to be heard,
+/// where it used to fail at once, again and again (`Current::live` hands back a session
+/// that is unheard but not ended, and the new follower's `unheard` resolved at once), so a
+/// caller that follows anew after an error spun without I/O. Once the servers can be
+/// reached, it reports the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_observer_called_again_while_unheard_waits() {
+    let zk = server();
+    within(60.0, "observer called again while unheard", async {
+        let proxy = TcpProxy::start(zk.port()).unwrap();
+        let watching = proxied_client(&proxy, 2_000).await;
+        let c = client_at(&zk.url(), 10_000).await;
+        let leading = c.election("unheard").campaign("first").await.unwrap();
+        let mut observer = watching.election("unheard").observe().await.unwrap();
+        assert_eq!(
+            next_leader(&mut observer).await.unwrap().term,
+            leading.term()
+        );
+        proxy.refuse_new(true);
+        proxy.cut();
+        let failed = within(10.0, "the cut-off observer fails", observer.changed()).await;
+        assert!(
+            matches!(failed, Err(Error::Unavailable { .. })),
+            "{failed:?}"
+        );
+        let again = tokio::time::timeout(Duration::from_millis(500), observer.changed()).await;
+        assert!(
+            again.is_err(),
+            "failed again at once while unheard: {again:?}"
+        );
+        proxy.refuse_new(false);
+        let seen = within(20.0, "the observer once the server is reached", async {
+            loop {
+                // The session may have expired meanwhile: that ends the follower once.
+                if let Ok(seen) = observer.changed().await {
+                    return seen;
+                }
+            }
+        })
+        .await
+        .expect("a leader");
+        assert_eq!(seen.term, leading.term());
+    })
+    .await;
+}
+
 /// Four participants of two clients, campaigning and resigning in turn: one leader at a time,
 /// terms that grow, an observer that never goes back to an older leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1826,6 +1873,36 @@ async fn semaphore_any_release_lets_a_waiter_hold() {
             client_at(&zk.url(), 10_000).await,
         );
         common::family::any_release_lets_a_waiter_hold(&a, &b, "sem-any").await;
+    })
+    .await;
+}
+
+/// A raised N lets a waiter hold at once: with one permit of one held and a waiter, another
+/// client raises N to 3 and holds; the waiter, one of two lease nodes under N = 3, holds
+/// too, without any release. The waiter watched the lease nodes only, under the
+/// semaphore's mutex, and N is the folder's data: it was not woken, and the client that
+/// raised N queued behind it for the mutex, so neither held until a permit was given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphore_a_raised_n_wakes_a_waiter() {
+    let zk = server();
+    within(60.0, "a raised N", async {
+        let (a, b) = (
+            client_at(&zk.url(), 10_000).await,
+            client_at(&zk.url(), 10_000).await,
+        );
+        let held = a.semaphore("sem-raised", 1).acquire().await.unwrap();
+        let semaphore = b.semaphore("sem-raised", 1);
+        let waiting = tokio::spawn(async move { semaphore.acquire().await });
+        common::family::until_entries(&a, "sem-raised", 2).await;
+        let raised = a.semaphore("sem-raised", 3).resize();
+        let third = within(5.0, "a permit of three", raised.acquire()).await;
+        let third = third.unwrap();
+        let what = "the waiter under the raised N";
+        let got = within(5.0, what, waiting).await.unwrap().unwrap();
+        assert!(held.is_held() && third.is_held() && got.is_held());
+        for guard in [held, third, got] {
+            guard.release().await.unwrap();
+        }
     })
     .await;
 }

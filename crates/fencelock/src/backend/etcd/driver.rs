@@ -187,7 +187,8 @@ impl Driver for Queue<'_> {
         )
     }
 
-    /// A permit waits for any key ahead of its own to go; the others for the key `on`.
+    /// A permit waits for any key ahead of its own to go, or for N to change; the others
+    /// for the key `on`.
     async fn behind(
         &self,
         attempt: &mut Attempt,
@@ -205,9 +206,16 @@ impl Driver for Queue<'_> {
         }
         let session = &self.inner.session;
         let woke = match (self.permits, attempt.revision) {
-            (Some(_), Some(mine)) => {
-                let seen = self.seen.load(std::sync::atomic::Ordering::Relaxed);
-                recipe::wait_for_any(session, &self.dir, (mine, seen), wait.deadline()).await
+            (Some(permits), Some(mine)) => {
+                let permits_key = recipe::permits_key(&self.inner.prefix, self.name());
+                let seen = recipe::Seen {
+                    key: &attempt.key,
+                    mine,
+                    ahead: self.seen.load(std::sync::atomic::Ordering::Relaxed),
+                    permits_key: &permits_key,
+                    n: permits.get(),
+                };
+                recipe::wait_for_any(session, &self.dir, &seen, wait.deadline()).await
             }
             _ => recipe::wait_for(session, on, wait.deadline()).await,
         };

@@ -149,10 +149,17 @@ impl Follower {
         let _ = self.tx.send(Err(error)).await;
     }
 
-    /// Resolves once no keep-alive was answered within the lease's TTL (minus the drift):
-    /// the connection may be gone, and with it the watch's events.
+    /// Resolves once no keep-alive was answered within the lease's TTL (minus the drift),
+    /// after one was while this follower ran: the connection may be gone, and with it the
+    /// watch's events. A follower started with a lease that is unheard but has not ended
+    /// (the client keeps handing it out until it ends) waits for a keep-alive's answer,
+    /// following meanwhile, rather than stop at once: a caller that follows anew after the
+    /// error would otherwise spin until then.
     async fn unheard(&self) {
         let every = (self.session.ttl / 4).max(std::time::Duration::from_millis(10));
+        while !self.session.holds.is_live() {
+            tokio::time::sleep(every).await;
+        }
         while self.session.holds.is_live() {
             tokio::time::sleep(every).await;
         }

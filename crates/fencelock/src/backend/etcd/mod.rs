@@ -29,7 +29,8 @@
 //!   price of the downgrade here, where ZooKeeper's read node takes the write node's place).
 //! - semaphores (here, `permit`): `<prefix>/<name>/permit/<lease hex>-<unique>` under the
 //!   lease, one key per permit, in create-revision order; a permit holds when fewer than N
-//!   keys are ahead of its own, and waits (a watch of the range) for any key ahead to go. N is the value of
+//!   keys are ahead of its own, and waits (a watch of the range's deletions, and one of N's
+//!   key) for any key ahead to go or for N to change. N is the value of
 //!   the key `<prefix>/<name>` (beside the range, without a lease: it outlives the permits,
 //!   until a resize rewrites it), put if absent with the first permit; another N is refused
 //!   (`Error::PermitsMismatch`) unless it resizes. Waiters read N again at each look: a

@@ -353,9 +353,23 @@ pub(crate) async fn ahead(
     Ok(Some(entries))
 }
 
-/// A watch of one key's deletion, in place on the server.
+/// A watch of one key's deletion, in place on the server (for a permit: of any deletion in
+/// the range, and of any change of the semaphore's N).
 pub(crate) struct Deletion {
     stream: etcd::WatchStream,
+    resized: Option<etcd::WatchStream>,
+}
+
+/// What a permit's waiter saw at its last look, for [`wait_for_any`].
+pub(crate) struct Seen<'a> {
+    /// The attempt's own key, and its create revision.
+    pub(crate) key: &'a str,
+    pub(crate) mine: i64,
+    /// How many keys were ahead of it.
+    pub(crate) ahead: usize,
+    /// The key that stores the semaphore's N, and the N the look went by.
+    pub(crate) permits_key: &'a str,
+    pub(crate) n: u32,
 }
 
 impl Deletion {
@@ -371,53 +385,93 @@ impl Deletion {
         let stream = confirmed(session, key, options).await?;
         let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]);
         let reply = session.txn(txn).await?;
-        Ok(reply.succeeded().then_some(Self { stream }))
+        Ok(reply.succeeded().then_some(Self {
+            stream,
+            resized: None,
+        }))
     }
 
-    /// Watches range `dir` for any deletion from the current revision, and waits until the
-    /// server has confirmed the watch; then counts the range's keys below create revision
-    /// `mine`: `None` when fewer than `seen` (one went already: look again). A permit waits
-    /// so: any key ahead that goes may let it hold, not one key in particular.
+    /// Watches range `dir` for any deletion, and the semaphore's N for any change, from the
+    /// current revision, and waits until the server has confirmed both watches; then reads
+    /// the keys of the range below the attempt's create revision and N again: `None` when
+    /// fewer keys than it saw are left or N changed (look again), or when its own key is
+    /// gone. A permit waits so: any key ahead that goes may let it hold, and so may a raised
+    /// N (stored outside the range, and put, not deleted). The keys are read, not counted:
+    /// etcd's count-only range ignores `max_create_revision` and counts the whole range
+    /// (the waiter's own key and every key behind it), which hid a deletion between the look
+    /// and the watch (a waiter that never held).
     pub(crate) async fn watch_range(
         session: &Session,
         dir: &str,
-        mine: i64,
-        seen: usize,
+        seen: &Seen<'_>,
     ) -> Result<Option<Self>, Fault> {
-        let options = etcd::WatchOptions::new()
+        let deletions = etcd::WatchOptions::new()
             .with_prefix()
             .with_filters([etcd::WatchFilterType::NoPut]);
-        let stream = confirmed(session, dir, options).await?;
-        let count = GetOptions::new()
+        let (stream, resized) = tokio::try_join!(
+            confirmed(session, dir, deletions),
+            confirmed(session, seen.permits_key, etcd::WatchOptions::new()),
+        )?;
+        let below = GetOptions::new()
             .with_prefix()
-            .with_max_create_revision(mine - 1)
-            .with_count_only();
-        let reply = session
-            .call(|mut c| {
-                let (dir, count) = (dir.to_owned(), count.clone());
-                async move { c.get(dir, Some(count)).await }
-            })
-            .await?;
-        let ahead = usize::try_from(reply.count()).unwrap_or(0);
-        Ok((ahead >= seen).then_some(Self { stream }))
+            .with_max_create_revision(seen.mine - 1)
+            .with_keys_only();
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                seen.key,
+                CompareOp::Equal,
+                seen.mine,
+            )])
+            .and_then([
+                TxnOp::get(dir, Some(below)),
+                TxnOp::get(seen.permits_key, None),
+            ]);
+        let reply = session.txn(txn).await?;
+        if !reply.succeeded() {
+            return Ok(None);
+        }
+        let mut found = ranges(&reply)?.into_iter();
+        let ahead = found.next().map_or(0, |keys| keys.len());
+        let n = found.next().and_then(|r| r.into_iter().next());
+        let n = n.and_then(|e| e.owner.trim().parse::<u32>().ok());
+        let same = ahead >= seen.ahead && n.is_none_or(|n| n == seen.n);
+        Ok(same.then_some(Self {
+            stream,
+            resized: Some(resized),
+        }))
     }
 
-    /// Waits for the deletion (`true`), or for the watch to end (`false`: the caller reads
-    /// again).
-    pub(crate) async fn gone(mut self) -> bool {
-        loop {
-            match self.stream.message().await {
-                Ok(Some(reply)) if !reply.canceled() => {
-                    let deleted = reply
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == etcd::EventType::Delete);
-                    if deleted {
-                        return true;
-                    }
+    /// Waits for the deletion, or a change of N (`true`), or for a watch to end (`false`:
+    /// the caller reads again).
+    pub(crate) async fn gone(self) -> bool {
+        let Self {
+            mut stream,
+            resized,
+        } = self;
+        let Some(mut resized) = resized else {
+            return deleted(&mut stream).await;
+        };
+        tokio::select! {
+            gone = deleted(&mut stream) => gone,
+            changed = resized.message() => matches!(changed, Ok(Some(r)) if !r.canceled()),
+        }
+    }
+}
+
+/// Waits on `stream` for a deletion (`true`), or for the watch to end (`false`).
+async fn deleted(stream: &mut etcd::WatchStream) -> bool {
+    loop {
+        match stream.message().await {
+            Ok(Some(reply)) if !reply.canceled() => {
+                let deleted = reply
+                    .events()
+                    .iter()
+                    .any(|e| e.event_type() == etcd::EventType::Delete);
+                if deleted {
+                    return true;
                 }
-                _ => return false,
             }
+            _ => return false,
         }
     }
 }
@@ -465,15 +519,16 @@ pub(crate) async fn wait_for(
     wait_on(session, deletion, deadline).await
 }
 
-/// Waits until a key of range `dir` below create revision `mine` is deleted (of `seen`
-/// keys there when the queue was read), the session ends (an error), or `deadline` passes.
+/// Waits until a key of range `dir` ahead of the attempt's own is deleted or the
+/// semaphore's N changes (`seen`: what its last look saw), its own key is found gone, the
+/// session ends (an error), or `deadline` passes.
 pub(crate) async fn wait_for_any(
     session: &Arc<Session>,
     dir: &str,
-    (mine, seen): (i64, usize),
+    seen: &Seen<'_>,
     deadline: Option<Instant>,
 ) -> Result<Wake, Fault> {
-    let deletion = Deletion::watch_range(session, dir, mine, seen).await?;
+    let deletion = Deletion::watch_range(session, dir, seen).await?;
     wait_on(session, deletion, deadline).await
 }
 

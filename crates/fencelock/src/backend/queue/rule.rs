@@ -82,7 +82,8 @@ impl Rule for Reader {
 
 /// A semaphore's permit: holds when fewer than N entries are ahead; otherwise it waits, with
 /// `on` the entry N places before its own. Any entry ahead that goes may let it hold, so a
-/// driver waits for any of them (etcd watches the range), not for `on` alone. N is the
+/// driver waits for any of them (etcd watches the range), not for `on` alone, and for N to
+/// change (a raised N lets it hold). N is the
 /// semaphore's number as last read ([`Permits::set`]): a resize applies to the waiters.
 #[derive(Debug)]
 #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
@@ -93,6 +94,12 @@ impl Permits {
     /// A rule of `n` permits.
     pub(crate) fn new(n: u32) -> Self {
         Self(std::sync::atomic::AtomicUsize::new(n as usize))
+    }
+
+    /// The semaphore's number the rule goes by.
+    pub(crate) fn get(&self) -> u32 {
+        let n = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        u32::try_from(n).unwrap_or(u32::MAX)
     }
 
     /// The semaphore's number, as read with the queue.

@@ -260,7 +260,7 @@ impl Driver for Queue<'_> {
         let Some(watched) = watched else {
             return Ok(Turn::Again);
         };
-        match recipe::wait_for(session, watched.watcher, wait.deadline()).await {
+        match recipe::wait_for(session, watched.watcher.changed(), wait.deadline()).await {
             Ok(true) => Ok(Turn::Again),
             Ok(false) => Ok(Turn::GiveUp),
             Err(e) if self.again(wait, &e) => Ok(Turn::Retry),

@@ -131,13 +131,14 @@ impl Follower {
     /// expired: what the follower last reported may be stale). Then it sends the error.
     async fn run(self) {
         let session = &self.session;
+        let (mut synced, mut heard) = (false, false);
         loop {
             let step = tokio::select! {
-                step = self.look() => step,
+                step = self.look(&mut synced) => step,
                 () = self.tx.closed() => Step::Stop,
                 () = session.holds.ended.cancelled() => self.end("the session ended").await,
                 () = session.stopped() => self.end("the client closed its session").await,
-                () = self.unheard() => self.end(UNHEARD).await,
+                () = self.unheard(&mut heard) => self.end(UNHEARD).await,
             };
             if let Step::Stop = step {
                 return;
@@ -145,10 +146,19 @@ impl Follower {
         }
     }
 
-    /// Resolves once the session was not heard from within its timeout (minus the drift).
-    async fn unheard(&self) {
+    /// Resolves once the session was not heard from within its timeout (minus the drift),
+    /// after it was heard from while this follower ran (`heard`). A follower started in a
+    /// session that is unheard but has not ended (the client keeps handing it out until it
+    /// ends) waits for it to be heard again, looking meanwhile, rather than stop at once: a
+    /// caller that follows anew after the error would otherwise spin until then.
+    async fn unheard(&self, heard: &mut bool) {
         let every = (self.session.timeout / 4).max(std::time::Duration::from_millis(10));
-        while self.session.holds.is_live() {
+        loop {
+            let live = self.session.holds.is_live();
+            if *heard && !live {
+                return;
+            }
+            *heard |= live;
             tokio::time::sleep(every).await;
         }
     }
@@ -165,10 +175,10 @@ impl Follower {
     }
 
     /// A failed request: looked at again after a pause when it was the connection and the
-    /// session may live (its watches are set again when it reconnects), else the error is
-    /// sent.
+    /// session has not ended (its watches are set again when it reconnects; one unheard for
+    /// too long is `unheard`'s to stop), else the error is sent.
     async fn failed(&self, e: zk::Error) -> Step {
-        if recipe::connection_lost(&e) && self.session.holds.is_live() {
+        if recipe::connection_lost(&e) && !self.session.holds.ended.is_cancelled() {
             tokio::time::sleep(RETRY).await;
             return Step::Again;
         }
@@ -181,12 +191,30 @@ impl Follower {
     }
 
     /// One look: lists the folder with a watch (or waits for the folder to be made), reads
-    /// the head with a watch, reports, and waits for either watch.
-    async fn look(&self) -> Step {
+    /// the head with a watch, reports, and waits for either watch. Until a listing was
+    /// answered (`synced`), a `sync` goes before it in the same round trip, as for
+    /// `leader_entry`: the session's server may lag behind the quorum, and a new follower
+    /// would otherwise report a deposed leader first. Later looks follow watches, which the
+    /// server fires only once it has applied the change; a session that moves to another
+    /// server never sees older state than it saw.
+    async fn look(&self, synced: &mut bool) -> Step {
+        let sync = !*synced;
         let listed = self
             .session
-            .call(|zk| zk.list_and_watch_children(&self.dir))
+            .call(|zk| {
+                let synced = sync.then(|| zk.sync("/"));
+                let listed = zk.list_and_watch_children(&self.dir);
+                async move {
+                    if let Some(synced) = synced {
+                        synced.await?;
+                    }
+                    listed.await
+                }
+            })
             .await;
+        if !matches!(listed, Err(ref e) if recipe::connection_lost(e)) {
+            *synced = true;
+        }
         let (children, folder) = match listed {
             Ok(listed) => listed,
             Err(zk::Error::NoNode) => return self.no_folder().await,

@@ -442,10 +442,11 @@ pub(crate) async fn watch(session: &Session, path: &str) -> Result<Option<Watche
     }
 }
 
-/// Waits until `watcher` fires, the session ends, or `deadline` passes (`false`).
+/// Waits until `fired` (a watch's `changed()`, or several) resolves, the session ends, or
+/// `deadline` passes (`false`).
 pub(crate) async fn wait_for(
     session: &Arc<Session>,
-    watcher: zk::OneshotWatcher,
+    fired: impl std::future::Future,
     deadline: Option<Instant>,
 ) -> Result<bool, zk::Error> {
     let until = async {
@@ -455,7 +456,7 @@ pub(crate) async fn wait_for(
         }
     };
     tokio::select! {
-        _ = watcher.changed() => Ok(true),
+        _ = fired => Ok(true),
         _ = session.holds.ended.cancelled() => Err(zk::Error::SessionExpired),
         _ = until => Ok(false),
     }

@@ -13,9 +13,9 @@
 //!
 //! N is stored as the semaphore folder's data (decimal), where Curator does not look: a
 //! fencelock attempt with another N is refused (`Error::PermitsMismatch`) unless it
-//! resizes, which rewrites it (guarded by the data's version). Waiters read it again at each
-//! turn, so a lowered N revokes nothing: holders stay, and a waiter holds once at most N
-//! lease nodes (its own included) are there. Curator keeps its N in the process: a Curator
+//! resizes, which rewrites it (guarded by the data's version). Waiters read it again, with a
+//! watch, at each turn, so a lowered N revokes nothing: holders stay, and a waiter holds
+//! once at most N lease nodes (its own included) are there; a raised N wakes it. Curator keeps its N in the process: a Curator
 //! semaphore of another N is not detected. The folders are containers: once the last node
 //! is gone the server reaps them, and N with them.
 
@@ -131,9 +131,10 @@ impl Inner {
     }
 
     /// Creates the lease node and waits, under the semaphore's mutex, until at most N lease
-    /// nodes are there (N read again at each turn): the node and the listing's watch once it
-    /// holds, `None` when it gave up (no wait, or past the deadline). A waiter outlives a
-    /// connection loss while its session and its deadline do.
+    /// nodes are there (N read again at each turn, with a watch: a raised N lets it hold
+    /// without a release): the node and the listing's watch once it holds, `None` when it
+    /// gave up (no wait, or past the deadline). A waiter outlives a connection loss while
+    /// its session and its deadline do.
     async fn lease(
         &self,
         dir: &str,
@@ -157,14 +158,21 @@ impl Inner {
                 if !listed.children.iter().any(|c| c == node.name()) {
                     return Err(zk::Error::NoNode);
                 }
-                let n = self.stored(dir).await?.unwrap_or(permits);
+                let (n, resized) = self.stored_and_watched(dir).await?;
+                let n = n.unwrap_or(permits);
                 if listed.children.len() <= n as usize {
                     return Ok(Some(Some(listed.watcher)));
                 }
                 if matches!(wait, Wait::No) {
                     return Ok(Some(None));
                 }
-                let woke = recipe::wait_for(&self.session, listed.watcher, wait.deadline()).await?;
+                let fired = async {
+                    tokio::select! {
+                        _ = listed.watcher.changed() => {}
+                        _ = resized.changed() => {}
+                    }
+                };
+                let woke = recipe::wait_for(&self.session, fired, wait.deadline()).await?;
                 Ok((!woke).then_some(None))
             };
             match turn.await {
@@ -221,15 +229,17 @@ impl Inner {
         Ok(listed)
     }
 
-    /// The N stored with the semaphore, if any.
-    async fn stored(&self, dir: &str) -> Result<Option<u32>, zk::Error> {
-        match self.session.call(|zk| zk.get_data(dir)).await {
-            Ok((data, _)) => Ok(std::str::from_utf8(&data)
-                .ok()
-                .and_then(|s| s.trim().parse().ok())),
-            Err(zk::Error::NoNode) => Ok(None),
-            Err(e) => Err(e),
-        }
+    /// The N stored with the semaphore, if any, and a watch of it (the folder's data). The
+    /// folder holds the waiter's lease node, so it is there.
+    async fn stored_and_watched(
+        &self,
+        dir: &str,
+    ) -> Result<(Option<u32>, zk::OneshotWatcher), zk::Error> {
+        let (data, _, watcher) = self.session.call(|zk| zk.get_and_watch_data(dir)).await?;
+        let n = std::str::from_utf8(&data)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        Ok((n, watcher))
     }
 
     /// Makes sure the semaphore's folder stores `permits`: creates it with it, or stores it
