@@ -64,7 +64,10 @@ fn main() {
     drop(zookeeper);
     let etcd = EtcdServer::start().expect("etcd");
     let (raw, url) = (Raw::Etcd(etcd.endpoints()), etcd.url());
-    rows.push(runtime.block_on(service("etcd", &url, raw, failovers, handovers)));
+    let mut row = runtime.block_on(service("etcd", &url, raw, failovers, handovers));
+    let mut lag = runtime.block_on(etcd_expiry(&etcd.endpoints(), failovers));
+    row["server_expiry"] = stats(&mut lag);
+    rows.push(row);
     peers.push(etcdctl_peer(&etcd, failovers));
     drop(etcd);
     let report = json!({
@@ -374,6 +377,38 @@ async fn write_round_trip(raw: Raw) -> Duration {
     samples[samples.len() / 2]
 }
 
+/// etcd's own expiry of a lease nobody renews, with its client alone: from the grant's reply
+/// to the deletion of a key under it (seen by a watch), `rounds` times. The floor of any
+/// failover on etcd: the lease's TTL plus the server's lag in revoking it.
+async fn etcd_expiry(endpoints: &str, rounds: usize) -> Vec<Duration> {
+    let endpoint = format!("http://{endpoints}");
+    let mut c = etcd_client::Client::connect([endpoint], None)
+        .await
+        .unwrap();
+    let ttl = LEASE.as_secs() as i64;
+    let mut samples = Vec::new();
+    for round in 0..rounds {
+        let key = format!("expiry-{round}");
+        let mut events = c.watch(key.as_str(), None).await.unwrap();
+        let lease = c.lease_grant(ttl, None).await.unwrap().id();
+        let granted = Instant::now();
+        let put = etcd_client::PutOptions::new().with_lease(lease);
+        c.put(key.as_str(), "v", Some(put)).await.unwrap();
+        loop {
+            let message = events.message().await.unwrap().expect("the watch ended");
+            let deleted = message
+                .events()
+                .iter()
+                .any(|e| e.event_type() == etcd_client::EventType::Delete);
+            if deleted {
+                break;
+            }
+        }
+        samples.push(granted.elapsed());
+    }
+    samples
+}
+
 /// Campaigns on `election` in a task of its own; returns when it leads.
 fn standby(election: Election) -> tokio::task::JoinHandle<(Leadership, Instant)> {
     tokio::spawn(async move {
@@ -564,6 +599,20 @@ fn markdown(report: &Value) -> String {
             f(&s["resign_to_observed"]["median_ms"]),
             f(&s["resign_to_observed"]["p99_ms"]),
         );
+    }
+    for s in report["services"].as_array().into_iter().flatten() {
+        if let Some(expiry) = s.get("server_expiry").filter(|v| !v.is_null()) {
+            out += &format!(
+                "\netcd's own expiry of a lease nobody renews ({} ms TTL; from the grant's reply to \
+                 the deletion of a key under it, seen by a watch, with etcd's client alone): \
+                 median {:.0} ms, p99 {:.0} ms. That is the floor of any failover on etcd; \
+                 fencelock's failover p99 is {:.0} ms.\n",
+                report["lease_ms"],
+                expiry["median_ms"].as_f64().unwrap_or(f64::NAN),
+                expiry["p99_ms"].as_f64().unwrap_or(f64::NAN),
+                s["failover"]["p99_ms"].as_f64().unwrap_or(f64::NAN),
+            );
+        }
     }
     out +=
         "\n**Reading the failover column.** A killed leader sends nothing: the next participant \
