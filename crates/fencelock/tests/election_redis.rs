@@ -591,11 +591,12 @@ async fn an_observer_sees_a_lease_run_out_without_a_message() {
     assert_eq!(seen(&first), Some(("by hand", 42)));
     let read = std::time::Instant::now();
     assert_eq!(
-        next(&mut observer, 3.0, "nobody once the lease ran out").await,
+        next(&mut observer, 4.0, "nobody once the lease ran out").await,
         None
     );
+    // Woken at the lease's end (800 ms), not by a window of seconds: room for a busy machine.
     let waited = read.elapsed();
-    assert!(waited <= Duration::from_millis(1500), "{waited:?}");
+    assert!(waited <= Duration::from_millis(2500), "{waited:?}");
     // A holder without a value (a mutex of the same name) leads with the empty value.
     let guard = watcher.lock("expiring").acquire().await.unwrap();
     assert_eq!(
