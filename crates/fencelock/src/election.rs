@@ -84,10 +84,14 @@ impl Election {
         Lock::new(self.client.clone(), &self.name, self.client.next_owner())
     }
 
-    /// Campaigns as a new participant advertising `value`.
-    async fn run(&self, value: &str, wait: Wait) -> Result<Result<Leadership, Contended>> {
+    /// Campaigns as `participant`, advertising `value`.
+    async fn run(
+        &self,
+        participant: &Lock,
+        value: &str,
+        wait: Wait,
+    ) -> Result<Result<Leadership, Contended>> {
         validate_value(value)?;
-        let participant = self.participant();
         let asked = participant.ask(Kind::Leader { value }, wait).await?;
         Ok(asked.map(|guard| Leadership {
             guard,
@@ -95,32 +99,36 @@ impl Election {
         }))
     }
 
+    /// Campaigns as a new participant, waiting as `wait` says (a waiting campaign never ends
+    /// busy: if a service said so, it is a protocol error).
+    async fn waited(&self, value: &str, wait: Wait) -> Result<Leadership> {
+        let participant = self.participant();
+        let leading = self.run(&participant, value, wait).await?;
+        leading.map_err(|busy| participant.busy_error(busy))
+    }
+
     /// Campaigns until this participant leads, advertising `value` (at most
     /// [`MAX_VALUE_LEN`] bytes). Participants lead in arrival order; dropping the future
     /// withdraws the participant.
     pub async fn campaign(&self, value: &str) -> Result<Leadership> {
-        let participant = self.run(value, Wait::Until(None));
-        let leading = participant
+        self.waited(value, Wait::Until(None))
             .instrument(tracing::debug_span!("campaign", election = %self.name))
-            .await?;
-        leading.map_err(|busy| self.participant().busy_error(busy))
+            .await
     }
 
     /// Like [`Election::campaign`], but gives up after `timeout` with
     /// [`crate::Error::Timeout`] (at most [`crate::MAX_TIMEOUT`]).
     pub async fn campaign_timeout(&self, value: &str, timeout: Duration) -> Result<Leadership> {
         let wait = timed("campaign_timeout", timeout)?;
-        let participant = self.run(value, wait);
-        let leading = participant
+        self.waited(value, wait)
             .instrument(tracing::debug_span!("campaign", election = %self.name, ?timeout))
-            .await?;
-        leading.map_err(|busy| self.participant().busy_error(busy))
+            .await
     }
 
     /// One attempt: leadership if nobody leads, else `Contended` (and the participant is
     /// withdrawn).
     pub async fn try_campaign(&self, value: &str) -> Result<Result<Leadership, Contended>> {
-        self.run(value, Wait::No)
+        self.run(&self.participant(), value, Wait::No)
             .instrument(tracing::debug_span!("try_campaign", election = %self.name))
             .await
     }
