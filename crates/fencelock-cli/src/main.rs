@@ -101,10 +101,14 @@ enum Command {
     /// with), or follow its leader (--observe).
     #[command(after_help = exit::ELECT_TABLE)]
     Elect(elect::ElectArgs),
-    /// Show whether a lock is held, by whom, for how long, its last fencing token, and the
-    /// waiters queued for it (with the age of each place; expired places are dead waiters).
+    /// Show who holds NAME (each holder's token, origin, start and lease; a semaphore's k of
+    /// N, a read-write lock's readers or writer, an election's leader, value and term) and
+    /// its waiters; without NAME, list every lock of every kind (--older-than, --kind).
+    #[command(after_help = status::STATUS_TABLE)]
     Status(status::StatusArgs),
-    /// Delete a lock whoever holds it (for a lock you know is stale), and wake its waiters.
+    /// Remove one holding (--holder ID) or every holding (--force) of a lock you know is
+    /// stale; the holders are told at once and waiters are woken.
+    #[command(after_help = status::UNLOCK_TABLE)]
     Unlock(status::UnlockArgs),
     /// Show on throwaway local servers what the lock promises: exclusion, fencing, takeover.
     Demo(demo::DemoArgs),

@@ -159,13 +159,14 @@ pub fn parse(owner: &str) -> Option<Origin> {
 }
 
 impl Origin {
-    /// `HOST, pid PID (PROGRAM), since TIME (AGO ago)`.
+    /// `HOST, pid PID (PROGRAM), started TIME (AGO ago)`: when the run started (its wait
+    /// included), not when it was granted the holding (`status` says that as `since`).
     pub fn describe(&self) -> String {
         let ago = SystemTime::now()
             .duration_since(self.since)
             .unwrap_or_default();
         format!(
-            "{}, pid {} ({}), since {} ({} ago)",
+            "{}, pid {} ({}), started {} ({} ago)",
             self.host,
             self.pid,
             self.program,
@@ -181,7 +182,7 @@ impl Origin {
             "host": self.host,
             "pid": self.pid,
             "program": self.program,
-            "since": humantime::format_rfc3339_seconds(self.since).to_string(),
+            "started": humantime::format_rfc3339_seconds(self.since).to_string(),
             "role": self.role.map(Role::json_name),
             "permits": match self.role {
                 Some(Role::Permit(n)) => Some(n),

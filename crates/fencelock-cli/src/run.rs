@@ -42,6 +42,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", conflicts_with = "also",
           value_parser = clap::value_parser!(u32).range(1..=fencelock::MAX_PERMITS as i64))]
     permits: Option<u32>,
+    /// With --permits N: store N as the semaphore's number of permits, replacing the one
+    /// stored (instead of being refused when it differs). Lowering N revokes no permit
+    /// already held: holders beyond the new N keep theirs until they give them back.
+    #[arg(long, requires = "permits")]
+    resize: bool,
     /// Also hold the lock NAME2 (repeat for more): all of them or none, taken in one global
     /// order (so never a deadlock with other runs). PROGRAM also gets FENCELOCK_TOKENS.
     #[arg(long, value_name = "NAME2")]
@@ -115,6 +120,8 @@ pub struct Job {
     hold: HoldArgs,
     /// `--owner`, if given.
     owner: Option<String>,
+    /// `--resize`: store `--permits N` as the semaphore's N.
+    resize: bool,
     /// PROGRAM's name as the owner id shows it (with `--shell`, the line's first word).
     program_name: String,
     /// The command to run: PROGRAM and its arguments, or `sh -c LINE`.
@@ -150,6 +157,7 @@ impl RunArgs {
             take,
             hold: self.hold,
             owner: self.owner,
+            resize: self.resize,
             program_name,
             program,
         })
@@ -278,7 +286,13 @@ impl Handle {
             Take::Mutex => Handle::Lock(client.lock(key).with_owner(owner)),
             Take::Read => Handle::Lock(client.rw_lock(key).with_owner(owner).read().clone()),
             Take::Write => Handle::Lock(client.rw_lock(key).with_owner(owner).write().clone()),
-            Take::Permit(n) => Handle::Permit(client.semaphore(key, *n).with_owner(owner)),
+            Take::Permit(n) => {
+                let semaphore = client.semaphore(key, *n).with_owner(owner);
+                Handle::Permit(match job.resize {
+                    true => semaphore.resize(),
+                    false => semaphore,
+                })
+            }
             Take::Multi(also) => {
                 let names: Vec<&str> = std::iter::once(key)
                     .chain(also.iter().map(String::as_str))

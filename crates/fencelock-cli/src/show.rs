@@ -9,9 +9,9 @@
 //! owner id (`reader:`, `writer:`, `permit holder:`, `held by:` for a mutex), and its id.
 //! JSON: each owner's `origin` has `role` (`read`, `write`, `permit`, null) and `permits`.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use fencelock::{LockStatus, Waiter};
+use fencelock::{Holder, HolderRole, LockKind, LockStatus, Since, Waiter};
 use serde_json::json;
 
 use crate::owner;
@@ -64,41 +64,88 @@ fn line(label: &str, value: &str) {
     outln!("  {:<17}{value}", format!("{label}:"));
 }
 
-/// The remaining lease in words.
-fn lease_text(status: &LockStatus, service: Service) -> String {
-    match (status.remaining_lease, service.session()) {
-        (Some(d), _) => human(d),
-        (None, Some(session)) => format!(
-            "as long as the holder's {session} lives (it ends its timeout after the server \
-             last heard from the holder)"
+/// The first line: what the name is and whether (how much of) it is held, per kind.
+/// `lock "NAME" is held|free` (a mutex, or a name whose kind the layout does not tell),
+/// `read-write lock "NAME" is held by N readers|a writer` or `is free`,
+/// `semaphore "NAME": K of N permits held`, `election "NAME" is led|has no leader`.
+pub fn headline(status: &LockStatus) -> String {
+    let name = &status.name;
+    let readers = |s: &LockStatus| {
+        s.holders
+            .iter()
+            .filter(|h| h.role == HolderRole::Reader)
+            .count()
+    };
+    match (status.kind, status.held) {
+        (Some(LockKind::Semaphore), _) => format!(
+            "semaphore {name:?}: {} of {} permits held",
+            status.holders.len(),
+            status
+                .permits
+                .map_or("?".to_string(), |n| n.to_string())
         ),
-        (None, None) => "no expiry (the key has none: set by something else?)".into(),
+        (Some(LockKind::ReadWrite), true) if readers(status) == status.holders.len() => {
+            let n = readers(status);
+            let s = if n == 1 { "" } else { "s" };
+            format!("read-write lock {name:?} is held by {n} reader{s}")
+        }
+        (Some(LockKind::ReadWrite), true) => {
+            format!("read-write lock {name:?} is held by a writer")
+        }
+        (Some(LockKind::ReadWrite), false) => format!("read-write lock {name:?} is free"),
+        (Some(LockKind::Election), true) => format!("election {name:?} is led"),
+        (Some(LockKind::Election), false) => format!("election {name:?} has no leader"),
+        (_, true) => format!("lock {name:?} is held"),
+        (_, false) => format!("lock {name:?} is free"),
     }
 }
 
-/// Prints the status as text.
+/// Whether `status` exits 0: a semaphore when all its N permits are held; any other kind
+/// when someone holds it (an election: when someone leads).
+pub fn full(status: &LockStatus) -> bool {
+    match status.kind {
+        Some(LockKind::Semaphore) => status
+            .permits
+            .is_some_and(|n| status.holders.len() as u64 >= u64::from(n)),
+        _ => status.held,
+    }
+}
+
+/// A holding's start: `since TIME (AGO ago)` where the holding's grant time is known,
+/// `queued at TIME (AGO ago)` where only its entry's queueing time is.
+fn since_text(since: Since) -> (&'static str, String) {
+    let at = since.time();
+    let ago = SystemTime::now().duration_since(at).unwrap_or_default();
+    let text = format!(
+        "{} ({} ago)",
+        humantime::format_rfc3339_seconds(at),
+        human(Duration::from_secs(ago.as_secs()))
+    );
+    match since {
+        Since::Queued(_) => ("queued at", text),
+        _ => ("since", text),
+    }
+}
+
+/// Prints the status as text: the headline, an election's leader, each holder (what it
+/// holds and where from, its owner id, token, start and lease), then the wait queue.
 pub fn text(status: &LockStatus, service: Service) {
+    outln!("{}", headline(status));
+    if let Some(leader) = &status.leader {
+        line("leader value", &leader.value);
+        line("term", &leader.term.to_string());
+    }
     if status.held {
-        outln!("lock {:?} is held", status.name);
-        if status.owners.len() > 1 {
+        if status.holders.len() > 1 {
             line(
                 "holders",
-                &format!("{} (sharing it: each below)", status.owners.len()),
+                &format!("{} (sharing it: each below)", status.holders.len()),
             );
         }
-        for (owner, count) in &status.owners {
-            if let Some(origin) = owner::parse(owner) {
-                let (label, value) = held_by(&origin);
-                line(label, &value);
-            }
-            line("owner id", &format!("{owner} (hold count {count})"));
-        }
-        line("remaining lease", &lease_text(status, service));
-        if let Some(token) = status.fencing_token {
-            line("fencing token", &token.to_string());
+        for holder in &status.holders {
+            self::holder(holder, service);
         }
     } else {
-        outln!("lock {:?} is free", status.name);
         match (status.last_token, service.session()) {
             (Some(token), _) => line("last token", &token.to_string()),
             (None, Some(_)) => line(
@@ -114,15 +161,54 @@ pub fn text(status: &LockStatus, service: Service) {
     }
 }
 
-/// The label and value of a holder `run` made: `held by` (a mutex), `reader`, `writer` or
-/// `permit holder` (`…, one of N permits`), then where it comes from.
-fn held_by(origin: &owner::Origin) -> (&'static str, String) {
+/// One holder's lines.
+fn holder(holder: &Holder, service: Service) {
+    let (label, value) = match owner::parse(&holder.owner) {
+        Some(origin) => held_by(holder.role, &origin),
+        None => (role_label(holder.role), "(owner id below)".to_string()),
+    };
+    line(label, &value);
+    line(
+        "owner id",
+        &format!("{} (hold count {})", holder.owner, holder.holds),
+    );
+    if let Some(token) = holder.token {
+        line("fencing token", &token.to_string());
+    }
+    match holder.since.map(since_text) {
+        Some((label, value)) => line(label, &value),
+        None => line("since", "not known (etcd keeps no time with a key)"),
+    }
+    let lease = match (holder.remaining_lease, service.session()) {
+        (Some(d), _) => human(d),
+        (None, Some(session)) => format!(
+            "as long as the holder's {session} lives (it ends its timeout after the server \
+             last heard from the holder)"
+        ),
+        (None, None) => "no expiry (the key has none: set by something else?)".into(),
+    };
+    line("remaining lease", &lease);
+}
+
+/// The label of a holder `run` did not make: `held by`, `reader`, `writer`, `permit
+/// holder`, `leader`.
+fn role_label(role: HolderRole) -> &'static str {
+    match role {
+        HolderRole::Reader => "reader",
+        HolderRole::Writer => "writer",
+        HolderRole::Permit => "permit holder",
+        HolderRole::Leader => "leader",
+        _ => "held by",
+    }
+}
+
+/// The label and value of a holder `run` made: its role's label, then where it comes from
+/// (a permit: `…, one of N permits` as that run asked).
+fn held_by(role: HolderRole, origin: &owner::Origin) -> (&'static str, String) {
     let from = origin.describe();
     match origin.role {
-        None => ("held by", from),
-        Some(owner::Role::Read) => ("reader", from),
-        Some(owner::Role::Write) => ("writer", from),
         Some(owner::Role::Permit(n)) => ("permit holder", format!("{from}, one of {n} permits")),
+        _ => (role_label(role), from),
     }
 }
 
@@ -188,13 +274,14 @@ pub fn json(status: &LockStatus, service: Service) -> serde_json::Value {
             })
         })
         .collect();
+    let holders: Vec<_> = status.holders.iter().map(holder_json).collect();
     let waiters: Vec<_> = status
         .waiters
         .iter()
         .map(|w| {
             json!({
                 "owner": w.owner,
-                "age_ms": ms(w.age),
+                "age_ms": (service != Service::Etcd).then(|| ms(w.age)),
                 "window_ms": (!w.window.is_zero() || service.session().is_none())
                     .then(|| ms(w.window)),
                 "remaining_ms": (!w.window.is_zero() || service.session().is_none())
@@ -207,8 +294,14 @@ pub fn json(status: &LockStatus, service: Service) -> serde_json::Value {
         .collect();
     json!({
         "name": status.name,
+        "kind": status.kind.map(LockKind::word),
         "service": format!("{service:?}").to_lowercase(),
         "held": status.held,
+        "full": full(status),
+        "permits": status.permits,
+        "permits_held": (status.kind == Some(LockKind::Semaphore)).then_some(status.holders.len()),
+        "leader": status.leader.as_ref().map(|l| json!({"value": l.value, "term": l.term})),
+        "holders": holders,
         "owners": owners,
         "remaining_lease_ms": status.remaining_lease.map(ms),
         "lease_kept_while": service.session().filter(|_| status.remaining_lease.is_none()),
@@ -216,5 +309,28 @@ pub fn json(status: &LockStatus, service: Service) -> serde_json::Value {
         "last_token": status.last_token,
         "last_token_kept": status.last_token.is_some() || service.session().is_none(),
         "waiters": (service != Service::RedLock).then_some(waiters),
+    })
+}
+
+/// One holder as JSON: `since` (RFC 3339, whole seconds) and `since_is` (`granted` or
+/// `queued`), both null where the start is not known.
+fn holder_json(h: &Holder) -> serde_json::Value {
+    let since = h.since.map(|s| {
+        let is = match s {
+            Since::Queued(_) => "queued",
+            _ => "granted",
+        };
+        (humantime::format_rfc3339_millis(s.time()).to_string(), is)
+    });
+    json!({
+        "owner": h.owner,
+        "role": h.role.word(),
+        "hold_count": h.holds,
+        "token": h.token,
+        "since": since.as_ref().map(|s| s.0.clone()),
+        "since_is": since.map(|s| s.1),
+        "held_ms": h.held_for(SystemTime::now()).map(|d| d.as_millis() as u64),
+        "remaining_lease_ms": h.remaining_lease.map(|d| d.as_millis() as u64),
+        "origin": owner::parse(&h.owner).map(|o| o.json()),
     })
 }

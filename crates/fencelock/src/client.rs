@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::election::Election;
 use crate::error::{Result, Warning};
+use crate::listing::Listing;
 use crate::lock::Lock;
 use crate::multi::MultiLock;
 use crate::options::ClientOptions;
@@ -143,9 +144,31 @@ impl Client {
         Ok(LockStatus::from_raw(name, raw))
     }
 
-    /// Deletes the lock `name` whoever holds it, and wakes its waiters. For operators who know
-    /// a lock is stale; the holder (if alive) learns of it at its next renewal. Returns the
-    /// owners and hold counts that were removed (empty when the lock was free).
+    /// Every name under the client's prefix that has a holding or a waiter, with its status,
+    /// read a page at a time (see [`Listing`]). Only reads. RedLock refuses it
+    /// ([`crate::Error::Unsupported`]): no one server has every lock; list each server.
+    pub fn list(&self) -> Listing {
+        Listing::new(self.inner.clone())
+    }
+
+    /// Removes `owner`'s holding of lock `name` only: one permit of a semaphore, one reader
+    /// (or the writer) of a read-write lock, a mutex's holder, an election's leader; `owner`
+    /// is the id [`crate::Holder::owner`] shows. Its guard's `lost()` fires as after
+    /// [`Client::force_unlock`]; waiters are woken. Returns the owner and the number of
+    /// holds (Redis) or entries (ZooKeeper, etcd) removed: empty when it held nothing.
+    pub async fn force_unlock_holder(&self, name: &str, owner: &str) -> Result<Vec<(String, u64)>> {
+        let keys = self.inner.lock_name(name)?;
+        let removed = self.inner.service.force_unlock_holder(&keys, owner).await?;
+        tracing::info!(lock = name, ?removed, "holding force-unlocked");
+        Ok(removed)
+    }
+
+    /// Deletes the lock `name` whoever holds it (every holding of a read-write lock or a
+    /// semaphore), and wakes its waiters. For operators who know a lock is stale; a live
+    /// holder is told at once (Redis: on its client's own channel, except on a Cluster,
+    /// where its next renewal finds out; ZooKeeper and etcd: the client's check of its own
+    /// entries). Returns the owners and hold counts that were removed (empty when the lock was
+    /// free).
     pub async fn force_unlock(&self, name: &str) -> Result<Vec<(String, u64)>> {
         let keys = self.inner.lock_name(name)?;
         let removed = self.inner.service.force_unlock(&keys).await?;

@@ -29,6 +29,7 @@ mod error;
 pub mod fenced;
 mod guard;
 mod lease;
+mod listing;
 mod lock;
 mod multi;
 mod name;
@@ -62,7 +63,8 @@ pub use options::{
 pub use redact::redact_url;
 pub use rwlock::RwLock;
 pub use semaphore::{Semaphore, MAX_PERMITS};
-pub use status::{LockStatus, Waiter};
+pub use listing::Listing;
+pub use status::{Holder, HolderRole, LockKind, LockStatus, Since, Waiter};
 
 /// The repository README's Rust examples compile.
 #[cfg(doctest)]

@@ -76,6 +76,10 @@ impl LockStatus {
             fencing_token: raw.current_token,
             last_token: raw.last_token,
             waiters: raw.waiters,
+            kind: raw.kind,
+            holders: raw.holders,
+            permits: raw.permits,
+            leader: raw.leader,
         }
     }
 }

@@ -102,6 +102,39 @@ pub(crate) struct RawStatus {
     pub(crate) owners: Vec<(String, u64)>,
     /// The wait queue in arrival order (always empty with RedLock).
     pub(crate) waiters: Vec<crate::status::Waiter>,
+    /// What the name is used as, where the layout tells.
+    pub(crate) kind: Option<crate::status::LockKind>,
+    /// Each holding, with its own token.
+    pub(crate) holders: Vec<crate::status::Holder>,
+    /// A semaphore's stored N.
+    pub(crate) permits: Option<u32>,
+    /// An election's leader.
+    pub(crate) leader: Option<Leader>,
+}
+
+impl RawStatus {
+    /// A name with nothing on the server.
+    pub(crate) fn free() -> Self {
+        Self {
+            remaining: None,
+            held: false,
+            last_token: None,
+            current_token: None,
+            owners: Vec::new(),
+            waiters: Vec::new(),
+            kind: None,
+            holders: Vec::new(),
+            permits: None,
+            leader: None,
+        }
+    }
+}
+
+/// One page of a listing of every name under the client's prefix: the names' statuses and
+/// where the next page starts (`None`: this was the last).
+pub(crate) struct Page {
+    pub(crate) statuses: Vec<(String, RawStatus)>,
+    pub(crate) next: Option<String>,
 }
 
 /// What an acquire asks for.
@@ -409,4 +442,19 @@ pub(crate) trait LockService: Send + Sync + 'static {
         &'a self,
         lock: &'a Arc<LockName>,
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>>;
+
+    /// Removes `owner`'s holding of a lock only (one permit, one reader, the writer, the
+    /// holder, the leader), whoever's client it is; its client is told at once where the
+    /// service can tell it. Returns what was removed (empty when `owner` held nothing).
+    fn force_unlock_holder<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>>;
+
+    /// One page of the names under the client's prefix that have something on the server (a
+    /// holding or a waiter), each with its status, read without writing anything; `cursor`
+    /// is the previous page's `next` (`None`: the first page). A page holds at most a few
+    /// thousand names, so a listing of any size takes bounded memory.
+    fn list<'a>(&'a self, cursor: Option<&'a str>) -> BoxFuture<'a, Result<Page, Error>>;
 }

@@ -36,15 +36,15 @@ use super::holdings::{self, Closing, Side};
 use super::queue::rule::{self, Queued};
 use super::session_holds::SessionHolds;
 use super::{
-    Acquired, Connected, Ctx, Feed, Held, Kind, Leader, LockRequest, LockService, RawStatus,
-    Released, Wait,
+    Acquired, Connected, Ctx, Feed, Held, Kind, Leader, LockRequest, LockService, Page,
+    RawStatus, Released, Wait,
 };
 use crate::background::Background;
 use crate::error::{Error, InputError};
 use crate::lease::LeaseState;
 use crate::name::LockName;
 use crate::options::{ClientOptions, LockOptions};
-use crate::status::Waiter;
+use crate::status::{Holder, HolderRole, LockKind, Since, Waiter};
 use crate::watchdog::BoxFuture;
 
 /// What a session service is: its name, its rule for lock names, and what it refuses, in its
@@ -134,6 +134,20 @@ pub(crate) trait SessionLocks: Ends + 'static {
     fn shown(entry: &Listed) -> String {
         entry.owner.clone()
     }
+    /// What lock `name`'s queue (`entries`, in order) says the name is used as; `None`
+    /// where the layout does not tell (inspect.rs of each service).
+    fn kind_of(&self, name: &str, entries: &[Listed]) -> Option<LockKind>;
+    /// Semaphore `name`'s stored N, if any.
+    fn stored_permits(&self, name: &str) -> impl Future<Output = Result<Option<u32>, Error>> + Send;
+    /// One page of the names under the prefix (any that may have entries), and the cursor
+    /// of the next page (`None`: the last).
+    fn names(
+        &self,
+        cursor: Option<&str>,
+    ) -> impl Future<Output = Result<(Vec<String>, Option<String>), Error>> + Send;
+    /// Whether an entry's age is how long ago it was queued (ZooKeeper: its node's creation
+    /// time), or unknown (etcd keeps no time).
+    const KNOWS_AGE: bool;
 
     /// The entry of election `name`'s leader (its first participant), as the servers have
     /// it now: `owner` is the value it advertises, `token` its term.
@@ -381,6 +395,21 @@ impl<S: SessionLocks> LockService for SessionService<S> {
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
         Box::pin(async move { force_unlock(&*self.current.live().await?, &lock.name).await })
     }
+
+    fn force_unlock_holder<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
+        Box::pin(async move {
+            let session = self.current.live().await?;
+            force_unlock_holder(&*session, &lock.name, owner).await
+        })
+    }
+
+    fn list<'a>(&'a self, cursor: Option<&'a str>) -> BoxFuture<'a, Result<Page, Error>> {
+        Box::pin(async move { list(&*self.current.live().await?, cursor).await })
+    }
 }
 
 /// The start of an acquire in `session` (see `Holdings::start`): a re-entry into the
@@ -433,32 +462,43 @@ async fn release_owner<S: SessionLocks>(
     }
 }
 
-/// The holders (owner id, hold count if this client holds it, token of the first, remaining
-/// lease where the service tells) and the waiters. The holders are the queue's first entry
-/// and, on a read-write lock, every reader with no other owner's writer ahead of it.
+/// The holders (owner id, hold count if this client holds it, each one's token, when it was
+/// queued where the service tells, remaining lease where the service tells), the waiters,
+/// the kind, a semaphore's N and an election's leader. The holders are the queue's first
+/// entry and, on a read-write lock, every reader with no other owner's writer ahead of it
+/// (a semaphore's first N).
 async fn status<S: SessionLocks>(session: &S, name: &str) -> Result<RawStatus, Error> {
     let queue = session.queue(name).await?;
     let held = rule::holding(&queue, same_owner);
+    let mut status = RawStatus::free();
+    let kind = session.kind_of(name, &queue);
+    if kind == Some(LockKind::Semaphore) {
+        status.permits = session.stored_permits(name).await?;
+    }
+    status.kind = kind;
     let Some(head) = queue.first() else {
-        return Ok(RawStatus {
-            remaining: None,
-            held: false,
-            last_token: None,
-            current_token: None,
-            owners: Vec::new(),
-            waiters: Vec::new(),
-        });
+        return Ok(status);
     };
     let holdings = &session.holds().holdings;
-    let owners = queue[..held]
-        .iter()
-        .map(|e| (S::shown(e), holdings.count(name, &e.path).unwrap_or(1)))
-        .collect();
-    let token = queue[..held]
-        .iter()
-        .filter_map(|e| u64::try_from(e.token).ok())
-        .max();
-    let waiters = queue[held..]
+    let now = std::time::SystemTime::now();
+    let remaining = session.remaining(head).await;
+    for e in &queue[..held] {
+        let mut holder = Holder::new(S::shown(e), role_of(kind, e));
+        holder.holds = holdings.count(name, &e.path).unwrap_or(1);
+        holder.token = u64::try_from(e.token).ok();
+        holder.since = S::KNOWS_AGE.then(|| Since::Queued(now - e.age));
+        holder.remaining_lease = remaining.filter(|_| e.session == head.session);
+        status.holders.push(holder);
+    }
+    status.owners = status.holders.iter().map(|h| (h.owner.clone(), h.holds)).collect();
+    let token = status.holders.iter().filter_map(|h| h.token).max();
+    if kind == Some(LockKind::Election) {
+        status.leader = head_token(head).map(|term| Leader {
+            value: head.owner.clone(),
+            term,
+        });
+    }
+    status.waiters = queue[held..]
         .iter()
         .map(|w| Waiter {
             owner: S::shown(w),
@@ -469,14 +509,64 @@ async fn status<S: SessionLocks>(session: &S, name: &str) -> Result<RawStatus, E
             unreadable: None,
         })
         .collect();
-    Ok(RawStatus {
-        remaining: session.remaining(head).await,
-        held: true,
-        last_token: token,
-        current_token: token,
-        owners,
-        waiters,
+    status.remaining = remaining;
+    status.held = true;
+    status.last_token = token;
+    status.current_token = token;
+    Ok(status)
+}
+
+/// An entry's token as a term.
+fn head_token(head: &Listed) -> Option<u64> {
+    u64::try_from(head.token).ok()
+}
+
+/// What a holding entry holds, by the name's kind.
+fn role_of(kind: Option<LockKind>, entry: &Listed) -> HolderRole {
+    match kind {
+        Some(LockKind::ReadWrite) if entry.reader => HolderRole::Reader,
+        Some(LockKind::ReadWrite) => HolderRole::Writer,
+        Some(LockKind::Semaphore) => HolderRole::Permit,
+        Some(LockKind::Election) => HolderRole::Leader,
+        _ => HolderRole::Mutex,
+    }
+}
+
+/// Deletes `owner`'s holding entries only (a permit, a reader, a downgrade's two entries);
+/// the next waiters' watches fire and they take the lock.
+async fn force_unlock_holder<S: SessionLocks>(
+    session: &S,
+    name: &str,
+    owner: &str,
+) -> Result<Vec<(String, u64)>, Error> {
+    let queue = session.queue(name).await?;
+    let held = rule::holding(&queue, same_owner);
+    let mut count = 0;
+    for entry in queue[..held].iter().filter(|e| S::shown(e) == owner) {
+        match session.delete_head(entry).await {
+            Ok(true) => count += 1,
+            Ok(false) => {}
+            Err(e) => return Err(session.fail(Some(name), e)),
+        }
+    }
+    Ok(match count {
+        0 => Vec::new(),
+        n => vec![(owner.to_owned(), n)],
     })
+}
+
+/// One page of the names under the prefix with their statuses (names with nothing on the
+/// server left out).
+async fn list<S: SessionLocks>(session: &S, cursor: Option<&str>) -> Result<Page, Error> {
+    let (names, next) = session.names(cursor).await?;
+    let mut statuses = Vec::with_capacity(names.len());
+    for name in names {
+        let status = status(session, &name).await?;
+        if status.held || !status.waiters.is_empty() {
+            statuses.push((name, status));
+        }
+    }
+    Ok(Page { statuses, next })
 }
 
 /// Whether two entries are one owner's (a downgrade's write and read entries).

@@ -71,6 +71,7 @@ use crate::watchdog::BoxFuture;
 mod audit;
 mod driver;
 mod elect;
+mod inspect;
 mod ops;
 mod recipe;
 mod session;
@@ -223,6 +224,20 @@ impl SessionLocks for Inner {
 
     async fn delete_holding(self: Arc<Self>, closing: Closing) -> Result<Released, Fault> {
         self.delete_entry(&closing).await
+    }
+
+    const KNOWS_AGE: bool = false;
+
+    fn kind_of(&self, name: &str, entries: &[Listed]) -> Option<crate::status::LockKind> {
+        self.entry_kind(name, entries)
+    }
+
+    async fn stored_permits(&self, name: &str) -> Result<Option<u32>, Error> {
+        self.key_permits(name).await
+    }
+
+    async fn names(&self, cursor: Option<&str>) -> Result<(Vec<String>, Option<String>), Error> {
+        self.range_names(cursor).await
     }
 
     async fn queue(&self, name: &str) -> Result<Vec<Listed>, Error> {

@@ -7,7 +7,7 @@ use super::redlock::RedLock;
 use super::server::RedisBackend;
 use super::terms::{AcquireReply, Attempt, RenewItem, ReplicaAcks};
 use crate::backend::redis::keys::LockKeys;
-use crate::backend::RawStatus;
+use crate::backend::{Page, RawStatus};
 use crate::backend::Released;
 use crate::error::Error;
 use crate::lease::{LeaseState, Renewal};
@@ -116,6 +116,26 @@ impl Engine {
         match self {
             Engine::One(b) => b.force_unlock(keys).await,
             Engine::RedLock(r) => r.force_unlock(keys).await,
+        }
+    }
+
+    /// Removes one owner's holding (RedLock: on every server).
+    pub(crate) async fn force_unlock_holder(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+    ) -> Result<Vec<(String, u64)>, Error> {
+        match self {
+            Engine::One(b) => b.force_unlock_holder(keys, owner).await,
+            Engine::RedLock(r) => r.force_unlock_holder(keys, owner).await,
+        }
+    }
+
+    /// One page of every lock of the deployment.
+    pub(crate) async fn list(&self, cursor: Option<&str>) -> Result<Page, Error> {
+        match self {
+            Engine::One(b) => b.list(cursor).await,
+            Engine::RedLock(r) => r.list(cursor).await,
         }
     }
 

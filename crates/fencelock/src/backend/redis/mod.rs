@@ -70,7 +70,7 @@ use super::{
     Acquired, Connected, Connecting, Ctx, Feed, Kind, Leader, LockRequest, LockService, Released,
     Wait,
 };
-use crate::backend::RawStatus;
+use crate::backend::{Page, RawStatus};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
 use crate::lease::{LeaseState, LostReason, Renewal};
@@ -93,6 +93,7 @@ mod released;
 mod serials;
 pub(crate) mod server;
 mod setup;
+mod snapshot;
 mod terms;
 mod url;
 mod waiters;
@@ -389,5 +390,20 @@ impl LockService for RedisFamily {
         lock: &'a Arc<LockName>,
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
         Box::pin(async move { self.engine.force_unlock(&LockKeys::of(lock)).await })
+    }
+
+    fn force_unlock_holder<'a>(
+        &'a self,
+        lock: &'a Arc<LockName>,
+        owner: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, Error>> {
+        Box::pin(async move {
+            let keys = LockKeys::of(lock);
+            self.engine.force_unlock_holder(&keys, owner).await
+        })
+    }
+
+    fn list<'a>(&'a self, cursor: Option<&'a str>) -> BoxFuture<'a, Result<Page, Error>> {
+        Box::pin(self.engine.list(cursor))
     }
 }

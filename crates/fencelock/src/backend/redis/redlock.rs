@@ -743,37 +743,75 @@ impl RedLock {
         let held: Vec<&RawStatus> = views.iter().filter(|v| v.held).collect();
         let last_token = views.iter().filter_map(|v| v.last_token).max();
         if held.len() < self.quorum {
-            return Ok(RawStatus {
-                remaining: None,
-                held: false,
-                last_token,
-                current_token: None,
-                owners: Vec::new(),
-                // RedLock keeps no queue on the servers.
-                waiters: Vec::new(),
-            });
+            // RedLock keeps no queue on the servers.
+            let mut free = RawStatus::free();
+            free.last_token = last_token;
+            return Ok(free);
         }
         let mut remaining: Vec<Option<Duration>> = held.iter().map(|v| v.remaining).collect();
         remaining.sort();
-        Ok(RawStatus {
-            // The lease the majority still agrees on.
-            remaining: remaining[remaining.len() + 1 - self.quorum.min(remaining.len())..]
-                .first()
-                .copied()
-                .flatten(),
-            held: true,
-            last_token,
-            current_token: agreed_token(&held, self.quorum),
-            owners: held[0].owners.clone(),
-            // RedLock keeps no queue on the servers.
-            waiters: Vec::new(),
-        })
+        // The lease the majority still agrees on.
+        let lease = remaining[remaining.len() + 1 - self.quorum.min(remaining.len())..]
+            .first()
+            .copied()
+            .flatten();
+        let token = agreed_token(&held, self.quorum);
+        // RedLock offers the mutex alone; its holder as the first server that has it says,
+        // with the majority's token and lease.
+        let mut holders = held[0].holders.clone();
+        for h in &mut holders {
+            h.token = token;
+            h.remaining_lease = lease;
+            h.since = h.since.filter(|_| token == held[0].current_token);
+        }
+        let mut status = RawStatus::free();
+        status.remaining = lease;
+        status.held = true;
+        status.last_token = last_token;
+        status.current_token = token;
+        status.owners = held[0].owners.clone();
+        status.kind = Some(crate::status::LockKind::Mutex);
+        status.holders = holders;
+        Ok(status)
     }
 
     /// Deletes the lock on every server.
     pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<Vec<(String, u64)>, Error> {
-        let results =
-            futures_util::future::join_all(self.servers.iter().map(|s| s.force_unlock(keys))).await;
+        self.on_every_server(keys, None).await
+    }
+
+    /// Removes `owner`'s holding on every server.
+    pub(crate) async fn force_unlock_holder(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+    ) -> Result<Vec<(String, u64)>, Error> {
+        self.on_every_server(keys, Some(owner)).await
+    }
+
+    /// A listing: refused, since no one server has every lock.
+    pub(crate) async fn list(&self, _cursor: Option<&str>) -> Result<crate::backend::Page, Error> {
+        Err(Error::Unsupported {
+            service: "Redis",
+            what: "listing every lock with RedLock",
+            why: "each RedLock server keeps its own keys and a lock is held on a majority; \
+                  list each server with its own redis:// URL",
+        })
+    }
+
+    /// Deletes the lock (or `owner`'s holding of it) on every server.
+    async fn on_every_server(
+        &self,
+        keys: &LockKeys,
+        owner: Option<&str>,
+    ) -> Result<Vec<(String, u64)>, Error> {
+        let results = futures_util::future::join_all(self.servers.iter().map(|s| async move {
+            match owner {
+                Some(owner) => s.force_unlock_holder(keys, owner).await,
+                None => s.force_unlock(keys).await,
+            }
+        }))
+        .await;
         let mut removed = Vec::new();
         let mut outcomes = Vec::new();
         for (s, r) in self.servers.iter().zip(results) {

@@ -63,6 +63,7 @@ use crate::watchdog::BoxFuture;
 
 mod driver;
 mod elect;
+mod inspect;
 mod ops;
 mod quiet;
 mod recipe;
@@ -233,6 +234,20 @@ impl SessionLocks for Inner {
 
     async fn delete_holding(self: Arc<Self>, closing: Closing) -> Result<Released, zk::Error> {
         self.delete_entry(&closing).await
+    }
+
+    const KNOWS_AGE: bool = true;
+
+    fn kind_of(&self, name: &str, entries: &[Listed]) -> Option<crate::status::LockKind> {
+        self.entry_kind(name, entries)
+    }
+
+    async fn stored_permits(&self, name: &str) -> Result<Option<u32>, Error> {
+        self.folder_permits(name).await
+    }
+
+    async fn names(&self, cursor: Option<&str>) -> Result<(Vec<String>, Option<String>), Error> {
+        self.folder_names(cursor).await
     }
 
     async fn queue(&self, name: &str) -> Result<Vec<Listed>, Error> {

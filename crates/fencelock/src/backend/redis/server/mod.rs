@@ -21,6 +21,7 @@ use crate::redact::redact_url;
 
 mod exec;
 mod failover;
+mod listing;
 mod scripts;
 
 use exec::{Conn, Lent, Master, Resend};
@@ -669,6 +670,34 @@ impl RedisBackend {
             .filter(|(field, _)| !field.starts_with('='))
             .map(|(field, holds)| (field, hold_count(&holds)))
             .collect())
+    }
+
+    /// Removes `owner`'s holding only, and wakes the waiters (they queue again); the
+    /// holder's client is told at once. Returns the owner and its hold count, if it held.
+    pub(crate) async fn force_unlock_holder(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+    ) -> Result<Vec<(String, u64)>, Error> {
+        let script = &scripts().force_unlock_holder;
+        let mut call = evalsha(script, 3);
+        call.arg(keys.lock())
+            .arg(keys.queue())
+            .arg(keys.waiting())
+            .arg(keys.channel())
+            .arg(self.publish_mode())
+            .arg(if self.hears_clients() {
+                CLIENT_CHANNELS
+            } else {
+                ""
+            })
+            .arg(owner);
+        // A second run would find nothing to report.
+        let removed: Vec<Value> = self.run_as(Resend::Never, keys, script, &call).await?;
+        Ok(match removed.as_slice() {
+            [_, holds] => vec![(owner.to_owned(), hold_count(holds))],
+            _ => Vec::new(),
+        })
     }
 
     /// Subscribes the subscriber connection to a lock's channels (one command); returns once

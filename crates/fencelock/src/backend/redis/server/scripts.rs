@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
+use crate::backend::redis::snapshot;
 use crate::backend::redis::terms::AcquireReply;
 use crate::backend::{Leader, RawStatus};
 use crate::lease::Renewal;
@@ -32,6 +33,7 @@ pub(super) struct Scripts {
     pub(super) extend: Lua,
     pub(super) status: Lua,
     pub(super) force_unlock: Lua,
+    pub(super) force_unlock_holder: Lua,
     pub(super) raise_fence: Lua,
     pub(super) leader: Lua,
     pub(super) proclaim: Lua,
@@ -71,6 +73,7 @@ pub(super) fn scripts() -> &'static Scripts {
         extend: lua!("base", "holds", "extend"),
         status: lua!("base", "status"),
         force_unlock: lua!("force_unlock"),
+        force_unlock_holder: lua!("force_unlock_holder"),
         raise_fence: lua!("base", "tokens", "raise_fence"),
         leader: lua!("base", "leader"),
         proclaim: lua!("base", "holds", "proclaim"),
@@ -218,40 +221,36 @@ pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
         Value::Nil | Value::Boolean(false) => None,
         v => Some(parse_token(v)?),
     };
-    let mut status = RawStatus {
-        remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
-        held: *pttl != -2,
-        last_token,
-        current_token: None,
-        owners: Vec::new(),
-        waiters: Vec::new(),
-    };
     let now_us =
         server_micros(time).ok_or_else(|| format!("status: server time {}", brief(time)))?;
-    let mut ended = Vec::new();
+    let mut pairs = Vec::with_capacity(fields.len() / 2);
     for pair in fields.chunks(2) {
         let [Value::BulkString(field), value] = pair else {
             return Err(format!("status: lock field {}", brief(pair)));
         };
-        let field = String::from_utf8_lossy(field).into_owned();
-        match field.as_str() {
-            "=token" => status.current_token = Some(parse_token(value)?),
-            f if f.starts_with("=h:") => {
-                if holding_ended(value, now_us / 1000) {
-                    ended.push(f[3..].to_owned());
-                }
-            }
-            f if f.starts_with('=') => {}
-            _ => status.owners.push((field, hold_count(value))),
-        }
+        let value = match value {
+            Value::BulkString(v) => String::from_utf8_lossy(v).into_owned(),
+            _ => String::new(),
+        };
+        pairs.push((String::from_utf8_lossy(field).into_owned(), value));
     }
+    let remaining = u64::try_from(*pttl).ok().map(Duration::from_millis);
+    let snap = snapshot::read(&pairs, remaining, now_us);
+    let mut status = RawStatus::free();
+    status.last_token = last_token;
+    status.current_token = snap.token;
     // A read-write lock's or semaphore's holding past its own deadline (family.lua) is gone,
     // though the next script has not dropped it yet.
-    status.owners.retain(|(owner, _)| !ended.contains(owner));
-    if !fields.is_empty() && status.owners.is_empty() {
-        status.held = false;
-        status.remaining = None;
+    status.held = !snap.holders.is_empty();
+    status.remaining = remaining.filter(|_| status.held);
+    status.owners = snap.holders.iter().map(|h| (h.owner.clone(), h.holds)).collect();
+    if status.current_token.is_none() {
+        status.current_token = snap.holders.iter().filter_map(|h| h.token).max();
     }
+    status.kind = snap.kind;
+    status.permits = snap.permits;
+    status.leader = snap.leader;
+    status.holders = snap.holders;
     for pair in queue.chunks(2) {
         let (owner, place) = match pair {
             [Value::BulkString(owner), Value::BulkString(place)] => (owner, Some(place)),
@@ -259,6 +258,9 @@ pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
             _ => return Err(format!("status: queue entry {}", brief(pair))),
         };
         let place = place.map(|p| String::from_utf8_lossy(p));
+        if status.kind.is_none() {
+            status.kind = place.as_deref().map(snapshot::place_kind);
+        }
         status.waiters.push(crate::backend::redis::places::waiter(
             String::from_utf8_lossy(owner).into_owned(),
             place.as_deref(),
@@ -266,22 +268,6 @@ pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
         ));
     }
     Ok(status)
-}
-
-/// Whether a family holding (`'<token> <since_us> <term_ms> ...'`, family.lua) is past its
-/// deadline at `now_ms` on the server's clock (an unreadable one counts as ended, as the
-/// scripts drop it).
-fn holding_ended(holding: &Value, now_ms: u64) -> bool {
-    let Value::BulkString(text) = holding else {
-        return true;
-    };
-    let text = String::from_utf8_lossy(text);
-    let mut parts = text.split(' ').skip(1).map(|n| n.parse::<u64>().ok());
-    let deadline = match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(since_us), Some(term_ms)) => (since_us / 1000).checked_add(term_ms),
-        _ => None,
-    };
-    deadline.is_none_or(|d| d <= now_ms)
 }
 
 /// `TIME`'s reply (seconds and microseconds, as text) in microseconds.
