@@ -80,9 +80,7 @@ pub fn headline(status: &LockStatus) -> String {
         (Some(LockKind::Semaphore), _) => format!(
             "semaphore {name:?}: {} of {} permits held",
             status.holders.len(),
-            status
-                .permits
-                .map_or("?".to_string(), |n| n.to_string())
+            status.permits.map_or("?".to_string(), |n| n.to_string())
         ),
         (Some(LockKind::ReadWrite), true) if readers(status) == status.holders.len() => {
             let n = readers(status);

@@ -44,7 +44,12 @@ pub struct StatusArgs {
     #[arg(value_name = "NAME")]
     name: Option<String>,
     /// The lock name (the older spelling of NAME).
-    #[arg(long, value_name = "NAME", conflicts_with = "name", hide_short_help = true)]
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with = "name",
+        hide_short_help = true
+    )]
     key: Option<String>,
     /// Print JSON instead of text (without NAME: one document, {"locks": [...]}).
     #[arg(long)]
@@ -66,8 +71,8 @@ pub struct UnlockArgs {
     #[command(flatten)]
     lock: LockName,
     /// Delete the lock whoever holds it: every holding (every reader, every permit) and the
-    /// wait queue. Each holder, if alive, is told at once (within about 40-590 ms; a Redis
-    /// Cluster's holder at its next renewal) and its PROGRAM is stopped; waiters are woken.
+    /// wait queue. Each holder, if alive, is told at once (within a second; a Redis Cluster's
+    /// holder at its next renewal) and its PROGRAM is stopped; waiters are woken.
     #[arg(long, required_unless_present = "holder")]
     force: bool,
     /// Remove only the holding of owner ID (as `status` shows it: one permit, one reader, the
@@ -157,7 +162,10 @@ async fn list(client: &fencelock::Client, args: &StatusArgs) -> u8 {
     let mut listing = client.list();
     let (mut listed, mut unknown_age) = (0u64, 0u64);
     if args.json {
-        out!("{{\"service\":\"{}\",\"locks\":[", format!("{service:?}").to_lowercase());
+        out!(
+            "{{\"service\":\"{}\",\"locks\":[",
+            format!("{service:?}").to_lowercase()
+        );
     }
     while let Some(next) = listing.next().await {
         let status = match next {

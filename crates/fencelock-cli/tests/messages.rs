@@ -69,12 +69,7 @@ async fn name_is_positional_everywhere_and_key_an_alias() {
     assert_eq!(text(&out).0, "hi\n", "{:?}", text(&out));
     let out = server.output(&["status", "--key", "job"]).await;
     assert!(text(&out).0.contains("\"job\""), "{:?}", text(&out));
-    for args in [
-        &["run"][..],
-        &["run", "job"],
-        &["status"],
-        &["unlock", "--yes"],
-    ] {
+    for args in [&["run"][..], &["run", "job"], &["unlock", "--yes"]] {
         let out = server.output(args).await;
         assert_eq!(out.status.code(), Some(USAGE), "{args:?}");
         let usage = text(&out).1;
@@ -442,7 +437,7 @@ async fn unlock_not_confirmed_exits_1_and_names_the_holder() {
         &server,
         "[y/N]",
         "n\n",
-        "not deleted",
+        "not removed",
         &["unlock", "--force", "job"],
     )
     .await;

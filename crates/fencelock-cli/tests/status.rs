@@ -19,8 +19,8 @@ async fn json(server: &Server, args: &[&str]) -> (i32, serde_json::Value) {
     let mut argv = vec!["status", "--json"];
     argv.extend_from_slice(args);
     let out = server.output(&argv).await;
-    let doc = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {:?}", text(&out)));
+    let doc =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", text(&out)));
     (out.status.code().unwrap_or(-1), doc)
 }
 
@@ -46,11 +46,16 @@ async fn permit(client: &Client, name: &str, n: u32) -> Guard {
 async fn each_kind_speaks_for_itself(kind: Kind) {
     let server = Server::start(kind).await;
     let client = Client::connect(&server.url()).await.unwrap();
-    let (a, b) = (permit(&client, "sem", 3).await, permit(&client, "sem", 3).await);
+    let (a, b) = (
+        permit(&client, "sem", 3).await,
+        permit(&client, "sem", 3).await,
+    );
     let out = server.output(&["status", "sem"]).await;
     assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
     assert!(
-        text(&out).0.starts_with("semaphore \"sem\": 2 of 3 permits held"),
+        text(&out)
+            .0
+            .starts_with("semaphore \"sem\": 2 of 3 permits held"),
         "{:?}",
         text(&out)
     );
@@ -82,11 +87,17 @@ async fn each_kind_speaks_for_itself(kind: Kind) {
     assert_eq!((code, doc["full"].as_bool()), (0, Some(true)), "{doc}");
 
     let rw = client.rw_lock("rw");
-    let (r1, r2) = (rw.read().acquire().await.unwrap(), rw.read().acquire().await.unwrap());
+    let (r1, r2) = (
+        rw.read().acquire().await.unwrap(),
+        rw.read().acquire().await.unwrap(),
+    );
     let out = server.output(&["status", "rw"]).await;
     assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
     let shown = text(&out).0;
-    assert!(shown.starts_with("read-write lock \"rw\" is held by"), "{shown}");
+    assert!(
+        shown.starts_with("read-write lock \"rw\" is held by"),
+        "{shown}"
+    );
     assert!(shown.contains("  reader:"), "{shown}");
     let (_, doc) = json(&server, &["rw"]).await;
     assert_eq!(doc["kind"], "rwlock", "{doc}");
@@ -142,7 +153,9 @@ async fn status_lists_every_kind(kind: Kind) {
     let out = server.output(&["status", "--older-than", "1h"]).await;
     assert_eq!(out.status.code(), Some(1), "{:?}", text(&out));
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let out = server.output(&["status", "--older-than", "1s", "--kind", "mutex"]).await;
+    let out = server
+        .output(&["status", "--older-than", "1s", "--kind", "mutex"])
+        .await;
     match kind {
         // etcd keeps no time with a key: nothing is known to be older; it says so.
         Kind::Etcd => {
@@ -151,13 +164,23 @@ async fn status_lists_every_kind(kind: Kind) {
         }
         _ => {
             assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
-            assert!(text(&out).0.starts_with("lock \"m\" is held"), "{:?}", text(&out));
+            assert!(
+                text(&out).0.starts_with("lock \"m\" is held"),
+                "{:?}",
+                text(&out)
+            );
         }
     }
     if let Server::Etcd(etcd) = &server {
-        let mut raw = etcd_client::Client::connect(etcd.endpoints().split(",").map(str::to_owned).collect::<Vec<_>>(), None)
-            .await
-            .unwrap();
+        let mut raw = etcd_client::Client::connect(
+            etcd.endpoints()
+                .split(",")
+                .map(str::to_owned)
+                .collect::<Vec<_>>(),
+            None,
+        )
+        .await
+        .unwrap();
         let before = raw.leases().await.unwrap().leases().len();
         let out = server.output(&["status"]).await;
         assert_eq!(out.status.code(), Some(0));
@@ -174,7 +197,10 @@ async fn status_lists_every_kind(kind: Kind) {
 async fn unlock_one_holder(kind: Kind) {
     let server = Server::start(kind).await;
     let client = Client::connect(&server.url()).await.unwrap();
-    let (a, b) = (permit(&client, "sem", 2).await, permit(&client, "sem", 2).await);
+    let (a, b) = (
+        permit(&client, "sem", 2).await,
+        permit(&client, "sem", 2).await,
+    );
     let out = server
         .output(&["unlock", "sem", "--holder", a.owner(), "--yes"])
         .await;

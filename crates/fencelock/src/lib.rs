@@ -53,6 +53,7 @@ pub use election::{Election, Leadership, Observer, MAX_VALUE_LEN};
 pub use error::{Error, InputError, Result, Warning};
 pub use guard::Guard;
 pub use lease::LostReason;
+pub use listing::Listing;
 pub use lock::{Contended, Lock};
 pub use multi::{MultiContended, MultiGuard, MultiLock, MAX_MULTI_LOCKS};
 pub use name::{validate_name, MAX_NAME_LEN, MAX_OWNER_LEN};
@@ -63,7 +64,6 @@ pub use options::{
 pub use redact::redact_url;
 pub use rwlock::RwLock;
 pub use semaphore::{Semaphore, MAX_PERMITS};
-pub use listing::Listing;
 pub use status::{Holder, HolderRole, LockKind, LockStatus, Since, Waiter};
 
 /// The repository README's Rust examples compile.

@@ -25,6 +25,8 @@ mod common;
 mod election;
 #[path = "conformance/family.rs"]
 mod family;
+#[path = "conformance/inspect.rs"]
+mod inspect;
 #[path = "conformance/multi.rs"]
 mod multi;
 
@@ -46,6 +48,7 @@ use family::{
 };
 use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, LostReason, Released};
 use fencelock_testkit::TcpProxy;
+use inspect::{every_name_is_listed_with_its_kind, one_holder_is_removed_and_told};
 use multi::{
     a_multi_lock_gives_back_and_tells_of_any_loss, a_multi_lock_is_all_or_nothing,
     a_multi_lock_returns_only_with_every_lock_held, bad_multi_locks_are_refused_before_any_io,
@@ -1950,6 +1953,8 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(one_leader_at_a_time_in_arrival_order);
     step!(observers_see_each_leader_in_order);
     step!(a_cut_off_leader_is_told_before_the_next_leads);
+    step!(every_name_is_listed_with_its_kind);
+    step!(one_holder_is_removed_and_told);
 }
 
 /// One test per deployment: it starts the deployment once and runs every behaviour on it.

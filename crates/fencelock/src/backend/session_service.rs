@@ -36,8 +36,8 @@ use super::holdings::{self, Closing, Side};
 use super::queue::rule::{self, Queued};
 use super::session_holds::SessionHolds;
 use super::{
-    Acquired, Connected, Ctx, Feed, Held, Kind, Leader, LockRequest, LockService, Page,
-    RawStatus, Released, Wait,
+    Acquired, Connected, Ctx, Feed, Held, Kind, Leader, LockRequest, LockService, Page, RawStatus,
+    Released, Wait,
 };
 use crate::background::Background;
 use crate::error::{Error, InputError};
@@ -138,7 +138,8 @@ pub(crate) trait SessionLocks: Ends + 'static {
     /// where the layout does not tell (inspect.rs of each service).
     fn kind_of(&self, name: &str, entries: &[Listed]) -> Option<LockKind>;
     /// Semaphore `name`'s stored N, if any.
-    fn stored_permits(&self, name: &str) -> impl Future<Output = Result<Option<u32>, Error>> + Send;
+    fn stored_permits(&self, name: &str)
+        -> impl Future<Output = Result<Option<u32>, Error>> + Send;
     /// One page of the names under the prefix (any that may have entries), and the cursor
     /// of the next page (`None`: the last).
     fn names(
@@ -490,7 +491,11 @@ async fn status<S: SessionLocks>(session: &S, name: &str) -> Result<RawStatus, E
         holder.remaining_lease = remaining.filter(|_| e.session == head.session);
         status.holders.push(holder);
     }
-    status.owners = status.holders.iter().map(|h| (h.owner.clone(), h.holds)).collect();
+    status.owners = status
+        .holders
+        .iter()
+        .map(|h| (h.owner.clone(), h.holds))
+        .collect();
     let token = status.holders.iter().filter_map(|h| h.token).max();
     if kind == Some(LockKind::Election) {
         status.leader = head_token(head).map(|term| Leader {

@@ -18,9 +18,9 @@ const PAGE: i64 = 1000;
 
 /// Whether `value` is an owner id as fencelock makes them (`<client id hex>:...`).
 fn owner_id(value: &str) -> bool {
-    value
-        .split_once(':')
-        .is_some_and(|(client, _)| client.len() == 32 && client.bytes().all(|b| b.is_ascii_hexdigit()))
+    value.split_once(':').is_some_and(|(client, _)| {
+        client.len() == 32 && client.bytes().all(|b| b.is_ascii_hexdigit())
+    })
 }
 
 impl Inner {

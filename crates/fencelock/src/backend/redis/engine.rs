@@ -7,8 +7,8 @@ use super::redlock::RedLock;
 use super::server::RedisBackend;
 use super::terms::{AcquireReply, Attempt, RenewItem, ReplicaAcks};
 use crate::backend::redis::keys::LockKeys;
-use crate::backend::{Page, RawStatus};
 use crate::backend::Released;
+use crate::backend::{Page, RawStatus};
 use crate::error::Error;
 use crate::lease::{LeaseState, Renewal};
 

@@ -179,7 +179,10 @@ mod tests {
         let snap = read(&fields, None, now);
         assert_eq!(snap.kind, Some(LockKind::Election));
         let leader = snap.leader.unwrap();
-        assert_eq!((leader.value.as_str(), leader.term), ("x y", 1800000000000000));
+        assert_eq!(
+            (leader.value.as_str(), leader.term),
+            ("x y", 1800000000000000)
+        );
         assert_eq!(snap.holders[0].since, None);
         assert_eq!(place_kind("1 5000 17 ab12:r"), LockKind::ReadWrite);
         assert_eq!(place_kind("1 5000 17 ab12 v:p"), LockKind::Election);

@@ -65,7 +65,8 @@ impl RedisBackend {
                 let Some((host, port)) = masters.get(node).cloned() else {
                     return Err(self.bad_cursor(cursor));
                 };
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+                let route =
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
                 let mut conn = cluster.cmd.clone();
                 let sent = self.bounded(None, conn.route_command(scan, route)).await?;
                 (
@@ -122,7 +123,10 @@ impl RedisBackend {
         };
         let mut conn = cluster.cmd.clone();
         let nodes: Result<String, _> = self
-            .bounded(None, redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn))
+            .bounded(
+                None,
+                redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn),
+            )
             .await?;
         let nodes = nodes.map_err(|e| self.error(None, e))?;
         let mut masters: Vec<(String, u16)> = nodes

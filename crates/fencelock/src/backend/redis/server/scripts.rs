@@ -243,7 +243,11 @@ pub(super) fn parse_status(reply: &[Value]) -> Result<RawStatus, String> {
     // though the next script has not dropped it yet.
     status.held = !snap.holders.is_empty();
     status.remaining = remaining.filter(|_| status.held);
-    status.owners = snap.holders.iter().map(|h| (h.owner.clone(), h.holds)).collect();
+    status.owners = snap
+        .holders
+        .iter()
+        .map(|h| (h.owner.clone(), h.holds))
+        .collect();
     if status.current_token.is_none() {
         status.current_token = snap.holders.iter().filter_map(|h| h.token).max();
     }
