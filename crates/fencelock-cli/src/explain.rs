@@ -121,7 +121,7 @@ fn family(e: &Error, text: &str) -> Option<String> {
         } => format!(
             "semaphore {lock:?} is in use with {stored} permits, but --permits {asked} was \
              asked: give --permits {stored} (the number is stored while a permit is held or \
-             awaited)"
+             awaited), or add --resize to store {asked}"
         ),
         Error::PrimitiveMismatch { .. } => format!(
             "{text}: one name is one primitive; use another name, or take it as it is used \

@@ -215,7 +215,8 @@ fn held_by(role: HolderRole, origin: &owner::Origin) -> (&'static str, String) {
 /// place in arrival order, owners padded to one width:
 /// `    N. OWNER  age AGE, valid for LEFT` (the window has time left),
 /// `    N. OWNER  age AGE, expired AGO ago` (the release will skip it: a dead waiter),
-/// `    N. OWNER  age AGE, kept while its session lives` (ZooKeeper; etcd: lease; no window),
+/// `    N. OWNER  age AGE, kept while its session lives` (ZooKeeper: no window),
+/// `    N. OWNER  age not known, kept while its lease lives` (etcd: no time kept),
 /// or `    N. OWNER  unreadable: WHY`. Durations in humantime form, whole milliseconds.
 /// Documented in the README; tests parse it.
 fn waiters(waiters: &[Waiter], service: Service) {
@@ -249,6 +250,10 @@ fn waiters(waiters: &[Waiter], service: Service) {
                 human(w.age),
                 human(w.age.saturating_sub(w.window))
             ),
+            // etcd keeps no time with a key: no age to show.
+            (None, Some(session)) if service == Service::Etcd => {
+                format!("age not known, kept while its {session} lives")
+            }
             (None, Some(session)) if w.window.is_zero() => {
                 format!("age {}, kept while its {session} lives", human(w.age))
             }

@@ -221,6 +221,29 @@ async fn unlock_one_holder(kind: Kind) {
     client.close().await.unwrap();
 }
 
+/// Point 3: `run --permits N --resize` changes a semaphore's N from the command line (without
+/// `--resize`, another N is refused: 69); `status` shows the new N while the semaphore has
+/// entries.
+async fn resize_changes_n_from_the_cli(kind: Kind) {
+    let server = Server::start(kind).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let held = permit(&client, "sized", 2).await;
+    let out = server
+        .output(&["run", "--permits", "3", "sized", "true"])
+        .await;
+    assert_eq!(out.status.code(), Some(CONNECTION), "{:?}", text(&out));
+    let out = server
+        .output(&["run", "--permits", "3", "--resize", "sized", "true"])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    let (code, doc) = json(&server, &["sized"]).await;
+    assert_eq!((code, &doc["permits"]), (1, &serde_json::json!(3)), "{doc}");
+    let out = server.output(&["run", "--resize", "sized", "true"]).await;
+    assert_eq!(out.status.code(), Some(USAGE), "{:?}", text(&out));
+    drop(held);
+    client.close().await.unwrap();
+}
+
 macro_rules! on_every_service {
     ($($test:ident),*) => {
         mod redis {
@@ -250,5 +273,6 @@ macro_rules! on_every_service {
 on_every_service!(
     each_kind_speaks_for_itself,
     status_lists_every_kind,
-    unlock_one_holder
+    unlock_one_holder,
+    resize_changes_n_from_the_cli
 );

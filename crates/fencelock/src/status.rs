@@ -55,7 +55,9 @@ pub struct LockStatus {
 ///
 /// ZooKeeper: the waiters' nodes in queue order; the age is counted from the node's creation
 /// time (the server's clock against this host's), and `window` and `remaining` are zero, as a
-/// place lasts as long as its waiter's session.
+/// place lasts as long as its waiter's session. etcd: the keys in queue order, with `age`,
+/// `window` and `remaining` zero: etcd keeps no time with a key, so a waiter's age is not
+/// known there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Waiter {

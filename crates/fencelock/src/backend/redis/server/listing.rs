@@ -19,6 +19,9 @@ use crate::backend::{Page, RawStatus};
 use crate::error::Error;
 use crate::name::LockName;
 
+/// The keys a listing scans: `fencelock:{*` (the brace written as an escape).
+const SCAN_MATCH: &str = "fencelock:\u{7b}*";
+
 /// How many keys one `SCAN` step looks at.
 const SCAN_COUNT: usize = 1000;
 
@@ -55,7 +58,7 @@ impl RedisBackend {
         let mut scan = redis::cmd("SCAN");
         scan.arg(at)
             .arg("MATCH")
-            .arg("fencelock:{*")
+            .arg(SCAN_MATCH)
             .arg("COUNT")
             .arg(SCAN_COUNT);
         let (masters, reply) = match &self.conn {
@@ -168,5 +171,6 @@ mod tests {
         assert_eq!(name_of(b"other"), None);
         assert_eq!(parse_cursor(Some("2:17")), Some((2, 17)));
         assert_eq!(parse_cursor(Some("x")), None);
+        assert_eq!(SCAN_MATCH, "fencelock:\x7b*");
     }
 }
