@@ -337,8 +337,22 @@ async fn tokens_follow_commit_order_per_name_and_survive_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_is_one_kind_and_its_n_goes_with_its_last_entry() {
-    let (server, _) = servers(false);
-    let session = open(&server.url(), Duration::from_secs(30)).await;
+    let (server, bouncer) = servers(true);
+    for url in [server.url(), bouncer.as_ref().unwrap().url()] {
+        one_kind_and_n(&server, &url).await;
+    }
+}
+
+/// The kind and N checks, through `url` (the server itself, or PgBouncer).
+async fn one_kind_and_n(server: &PostgresServer, url: &str) {
+    let session = open(url, Duration::from_secs(30)).await;
+    let look = psql(&server.url()).await;
+    look.execute(
+        "DELETE FROM fencelock.fencelock_names WHERE name = 'n'",
+        &[],
+    )
+    .await
+    .unwrap();
     let look = psql(&server.url()).await;
     let name_row = async |name: &str| -> (i64, Option<String>, Option<i64>) {
         let row = look
