@@ -218,12 +218,44 @@ async fn notifications_wake_waiters_and_are_trusted_only_once_seen() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_session_deletes_its_lease() {
     let (server, _) = servers(false);
-    let session = open(&server.url(), Duration::from_secs(5)).await;
+    let (session, other) = (
+        open(&server.url(), Duration::from_secs(5)).await,
+        open(&server.url(), Duration::from_secs(5)).await,
+    );
+    for (name, s) in [
+        ("a", &session),
+        ("b", &other),
+        ("shared", &session),
+        ("shared", &other),
+    ] {
+        got_in(s.enter(&entering(name, "mutex", "o")).await.unwrap());
+    }
     let look = psql(&server.url()).await;
     assert!(expires_ms(&look, session.lease).await.is_some());
     session.stop().expect("first stop").await;
     assert!(session.stop().is_none());
     assert_eq!(expires_ms(&look, session.lease).await, None);
+    // Its entries went, and the kind of the names it alone used; the others keep theirs.
+    let kinds: Vec<(String, Option<String>, i64)> = look
+        .query(
+            "SELECT n.name, n.kind, (SELECT count(*) FROM fencelock.fencelock_entries e \
+             WHERE e.name = n.name) FROM fencelock.fencelock_names n ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let mutex = || Some("mutex".to_owned());
+    assert_eq!(
+        kinds,
+        [
+            ("a".into(), None, 0),
+            ("b".into(), mutex(), 1),
+            ("shared".into(), mutex(), 1)
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
