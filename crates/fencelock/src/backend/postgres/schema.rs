@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS "{schema}".fencelock_names (
     name    text PRIMARY KEY,
     token   bigint NOT NULL DEFAULT 0,
     kind    text,
-    permits integer
+    permits bigint
 );
 CREATE TABLE IF NOT EXISTS "{schema}".fencelock_entries (
     name    text NOT NULL,
