@@ -36,6 +36,9 @@ pub(crate) struct Entry {
 /// What an entry asks for: its name and kind, and what it stores.
 pub(crate) struct Entering<'a> {
     pub(crate) name: &'a str,
+    /// The attempt's random id: its undo finds the entry by it, even when the reply that
+    /// carried the entry's token was lost.
+    pub(crate) attempt: i64,
     /// The kind the name is used as (one per name while it has entries).
     pub(crate) kind: &'a str,
     pub(crate) side: &'a str,
@@ -124,11 +127,13 @@ impl Session {
                WHERE name = {n} AND (kind IS NULL OR kind = {kind}) \
                  AND ({permits} IS NULL OR permits IS NULL OR permits = {permits} OR {resize}) \
                  AND {live} RETURNING token) \
-             INSERT INTO {entries} (name, token, lease, owner, side, value) \
-               SELECT {n}, token, {lease}, {owner}, {side}, {value} FROM t RETURNING token;\n\
+             INSERT INTO {entries} (name, token, lease, attempt, owner, side, value) \
+               SELECT {n}, token, {lease}, {attempt}, {owner}, {side}, {value} FROM t \
+               RETURNING token;\n\
              SELECT kind, permits, {live} FROM {names} WHERE name = {n};\n\
              {queue}",
             sweep = self.lock_and_sweep(&n),
+            attempt = e.attempt,
             owner = text(e.owner),
             side = text(e.side),
             queue = self.queue_sql(&n),
@@ -162,21 +167,20 @@ impl Session {
         rows.iter().map(entry).collect()
     }
 
-    /// Deletes the name's entry `token` (only if it is under `lease`, when given), and wakes
-    /// the name's waiters: `Ok(false)` when it was gone already.
-    pub(crate) async fn remove(
-        &self,
-        name: &str,
-        token: i64,
-        lease: Option<i64>,
-    ) -> Result<bool, Fault> {
+    /// Deletes the name's entry `which`, and wakes the name's waiters: `Ok(false)` when it
+    /// was gone already.
+    pub(crate) async fn remove(&self, name: &str, which: Which) -> Result<bool, Fault> {
         let n = text(name);
         let channel = text(&schema::channel(&self.schema));
-        let under = lease.map_or_else(String::new, |l| format!(" AND lease = {l}"));
+        let entry = match which {
+            Which::Token(token) => format!("token = {token}"),
+            Which::Held(token) => format!("token = {token} AND lease = {}", self.lease),
+            Which::Attempt(attempt) => format!("attempt = {attempt} AND lease = {}", self.lease),
+        };
         let sql = format!(
             "{sweep}\
-             WITH gone AS (DELETE FROM {entries} WHERE name = {n} AND token = {token}{under} \
-               RETURNING 1) SELECT pg_notify({channel}, {n}) FROM gone;\n\
+             WITH gone AS (DELETE FROM {entries} WHERE name = {n} AND {entry} RETURNING 1) \
+               SELECT pg_notify({channel}, {n}) FROM gone LIMIT 1;\n\
              UPDATE {names} SET kind = NULL, permits = NULL WHERE name = {n} \
                AND kind IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {entries} WHERE name = {n})",
             sweep = self.lock_and_sweep(&n),
@@ -189,6 +193,17 @@ impl Session {
         };
         Ok(!gone.is_empty())
     }
+}
+
+/// Which entry of a name [`Session::remove`] deletes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Which {
+    /// The entry of this token, whoever's (a forced unlock).
+    Token(i64),
+    /// This client's entry of this token (a release).
+    Held(i64),
+    /// This client's entry made by this attempt (an undo, the token unknown).
+    Attempt(i64),
 }
 
 /// A row of the queue's read.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fencelock_testkit::{PgBouncer, PostgresServer};
 
 use super::conn::Fault;
-use super::entries::{Entered, Entering};
+use super::entries::{Entered, Entering, Which};
 use super::schema;
 use super::session::Session;
 use super::url::parse_target;
@@ -262,6 +262,7 @@ async fn terminated_backends_are_replaced_and_waiters_look_again() {
 fn entering<'a>(name: &'a str, kind: &'a str, owner: &'a str) -> Entering<'a> {
     Entering {
         name,
+        attempt: rand::random(),
         kind,
         side: kind,
         owner,
@@ -336,8 +337,22 @@ async fn tokens_follow_commit_order_per_name_and_survive_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_is_one_kind_and_its_n_goes_with_its_last_entry() {
-    let (server, _) = servers(false);
-    let session = open(&server.url(), Duration::from_secs(30)).await;
+    let (server, bouncer) = servers(true);
+    for url in [server.url(), bouncer.as_ref().unwrap().url()] {
+        one_kind_and_n(&server, &url).await;
+    }
+}
+
+/// The kind and N checks, through `url` (the server itself, or PgBouncer).
+async fn one_kind_and_n(server: &PostgresServer, url: &str) {
+    let session = open(url, Duration::from_secs(30)).await;
+    let look = psql(&server.url()).await;
+    look.execute(
+        "DELETE FROM fencelock.fencelock_names WHERE name = 'n'",
+        &[],
+    )
+    .await
+    .unwrap();
     let look = psql(&server.url()).await;
     let name_row = async |name: &str| -> (i64, Option<String>, Option<i64>) {
         let row = look
@@ -364,12 +379,9 @@ async fn a_name_is_one_kind_and_its_n_goes_with_its_last_entry() {
         }
     );
     assert_eq!(name_row("n").await, (1, Some("mutex".into()), None));
-    assert!(session
-        .remove("n", mutex, Some(session.lease))
-        .await
-        .unwrap());
+    assert!(session.remove("n", Which::Held(mutex)).await.unwrap());
     assert!(
-        !session.remove("n", mutex, None).await.unwrap(),
+        !session.remove("n", Which::Token(mutex)).await.unwrap(),
         "removed once"
     );
     assert_eq!(
@@ -392,7 +404,7 @@ async fn a_name_is_one_kind_and_its_n_goes_with_its_last_entry() {
     assert_eq!(queue, [first, resized]);
     assert_eq!(name_row("n").await, (3, Some("permit".into()), Some(3)));
     for token in [first, resized] {
-        assert!(session.remove("n", token, None).await.unwrap());
+        assert!(session.remove("n", Which::Token(token)).await.unwrap());
     }
     assert_eq!(
         name_row("n").await,
@@ -443,4 +455,48 @@ async fn entries_of_an_expired_lease_are_dead_and_swept_by_the_next_change() {
         Err(Fault::Ended)
     ));
     assert!(gone.holds.ended.is_cancelled());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_whose_reply_was_lost_is_undone_by_its_attempt() {
+    let (server, _) = servers(false);
+    let proxy = fencelock_testkit::TcpProxy::start(server.port()).expect("proxy");
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?listen=off",
+        proxy.port()
+    );
+    let target = parse_target(&url).unwrap();
+    let options = ClientOptions::default()
+        .default_lease(Duration::from_secs(30))
+        .response_timeout(Duration::from_millis(500));
+    let session = Session::open(&target, &options, "test-client")
+        .await
+        .unwrap();
+    let look = psql(&server.url()).await;
+    let mine = entering("lost", "mutex", "me");
+    // The entry is made on the server; its reply never reaches the client.
+    proxy.swallow_replies();
+    assert!(matches!(session.enter(&mine).await, Err(Fault::Timeout)));
+    proxy.cut();
+    let entries = async || -> i64 {
+        let row = look
+            .query_one(
+                "SELECT count(*) FROM fencelock.fencelock_entries WHERE name = 'lost'",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get(0)
+    };
+    assert_eq!(entries().await, 1, "the server carried the entry out");
+    // The undo finds it by the attempt's id (on a new connection), and only once.
+    assert!(session
+        .remove("lost", Which::Attempt(mine.attempt))
+        .await
+        .unwrap());
+    assert!(!session
+        .remove("lost", Which::Attempt(mine.attempt))
+        .await
+        .unwrap());
+    assert_eq!(entries().await, 0);
 }
