@@ -27,6 +27,8 @@ mod election;
 mod family;
 #[path = "conformance/inspect.rs"]
 mod inspect;
+#[path = "conformance/family_queue.rs"]
+mod family_queue;
 #[path = "conformance/multi.rs"]
 mod multi;
 
@@ -38,13 +40,20 @@ use std::time::Duration;
 
 use common::{short_lease as lease, within};
 use election::{
-    a_cut_off_leader_is_told_before_the_next_leads, elections_are_offered_or_refused,
-    observers_see_each_leader_in_order, one_leader_at_a_time_in_arrival_order,
+    a_cut_off_leader_is_told_before_the_next_leads, a_forced_unlock_deposes_the_leader,
+    elections_are_offered_or_refused, observers_see_each_leader_in_order,
+    one_leader_at_a_time_in_arrival_order, participants_of_two_clients_lead_one_at_a_time,
 };
 use family::{
     a_semaphore_never_has_more_than_n_holders, one_name_is_one_kind,
     readers_share_and_a_writer_waits_its_turn, rw_reentry_downgrade_and_refused_upgrade,
     semaphore_order_release_and_resize,
+};
+use family_queue::{
+    a_dead_clients_reader_and_permit_end_alone, a_downgrade_keeps_later_writers_out,
+    a_paused_server_loses_readers_and_permits, a_raised_n_wakes_a_waiter,
+    another_n_is_refused_unless_resized, permits_go_in_arrival_order_on_any_release,
+    readers_behind_a_writer_hold_together, the_family_refuses_other_kinds_by_name,
 };
 use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, LostReason, Released};
 use fencelock_testkit::TcpProxy;
@@ -904,6 +913,26 @@ fn describe<T>(r: &Result<T, Error>) -> String {
     }
 }
 
+/// One call made while the servers are stopped (SIGSTOP), to show that it does no I/O: it
+/// must come back within 500 ms. Each stop lasts one call, never a list of them: a whole
+/// ZooKeeper ensemble stopped for its sync limit (10 ticks of 200 ms) loses its quorum when
+/// it runs again (each follower's read of the leader has timed out), and its members elect
+/// and sync again while the next behaviours run, closing their sessions' connections or
+/// holding their requests past the response timeout.
+struct Stopped<'a> {
+    d: &'a dyn Deployment,
+    what: String,
+}
+
+impl Stopped<'_> {
+    async fn run<T>(self, call: impl Future<Output = T>) -> T {
+        let _paused = Paused::new(self.d);
+        let quick = Duration::from_millis(500);
+        let done = tokio::time::timeout(quick, call).await;
+        done.unwrap_or_else(|_| panic!("{}: did I/O before refusing", self.what))
+    }
+}
+
 /// Resumes paused servers when it goes, also when an assertion fails while they are paused.
 struct Paused<'a>(&'a dyn Deployment);
 
@@ -1379,8 +1408,8 @@ async fn lost_fires_when_the_lock_is_gone(d: &dyn Deployment) {
 }
 
 /// Bad input is refused with a typed error before any I/O: with every data server stopped
-/// (SIGSTOP), each refusal still comes back at once. What a deployment declared unsupported
-/// is refused the same way.
+/// (SIGSTOP) for the call alone (see [`Stopped`]), each refusal still comes back at once.
+/// What a deployment declared unsupported is refused the same way.
 async fn bad_input_is_refused_before_any_io(d: &dyn Deployment) {
     let caps = d.caps();
     let client = connect(d, ClientOptions::default()).await;
@@ -1461,40 +1490,42 @@ async fn bad_input_is_refused_before_any_io(d: &dyn Deployment) {
         bad_options.push(ClientOptions::default().fence_horizon(Duration::from_secs(3600)));
     }
 
-    let paused = Paused::new(d);
-    within(5.0, "refusals while the servers are stopped", async {
+    let stopped = |what: String| Stopped { d, what };
+    within(30.0, "refusals while the servers are stopped", async {
         for (lock, expected) in &cases {
-            let quick = Duration::from_millis(500);
-            let r = tokio::time::timeout(quick, lock.acquire()).await;
-            let r = r.unwrap_or_else(|_| panic!("{lock:?}: acquire did I/O"));
+            let r = stopped(format!("{lock:?}: acquire"))
+                .run(lock.acquire())
+                .await;
             assert!(is_input(&r, *expected), "{lock:?}: {}", describe(&r));
-            let r = tokio::time::timeout(quick, lock.try_acquire()).await;
-            let r = r.unwrap_or_else(|_| panic!("{lock:?}: try_acquire did I/O"));
+            let r = stopped(format!("{lock:?}: try_acquire"))
+                .run(lock.try_acquire())
+                .await;
             assert!(is_input(&r, *expected), "{lock:?}: {}", describe(&r));
-            let r = tokio::time::timeout(quick, lock.acquire_timeout(Duration::from_secs(1))).await;
-            let r = r.unwrap_or_else(|_| panic!("{lock:?}: acquire_timeout did I/O"));
+            let waiting = lock.acquire_timeout(Duration::from_secs(1));
+            let r = stopped(format!("{lock:?}: acquire_timeout"))
+                .run(waiting)
+                .await;
             assert!(is_input(&r, *expected), "{lock:?}: {}", describe(&r));
-            let r = tokio::time::timeout(quick, lock.release()).await;
-            let r = r.unwrap_or_else(|_| panic!("{lock:?}: release did I/O"));
+            let r = stopped(format!("{lock:?}: release"))
+                .run(lock.release())
+                .await;
             assert!(is_input(&r, *expected), "{lock:?}: {}", describe(&r));
         }
         for name in ["", long.as_str()] {
-            let quick = Duration::from_millis(500);
-            let r = tokio::time::timeout(quick, client.status(name))
-                .await
-                .unwrap();
+            let r = stopped(format!("status {name:?}"))
+                .run(client.status(name))
+                .await;
             assert!(matches!(r, Err(Error::InvalidInput(_))), "{}", describe(&r));
-            let r = tokio::time::timeout(quick, client.force_unlock(name))
-                .await
-                .unwrap();
+            let forced = client.force_unlock(name);
+            let r = stopped(format!("force_unlock {name:?}")).run(forced).await;
             assert!(matches!(r, Err(Error::InvalidInput(_))), "{}", describe(&r));
         }
         let urls = d.urls();
         for options in bad_options {
             let connecting = try_connect(&urls, options.clone());
-            let r = tokio::time::timeout(Duration::from_millis(500), connecting)
-                .await
-                .unwrap_or_else(|_| panic!("{options:?}: connect did I/O before refusing"));
+            let r = stopped(format!("{options:?}: connect"))
+                .run(connecting)
+                .await;
             assert!(
                 matches!(r, Err(Error::InvalidInput(_))),
                 "{options:?}: {}",
@@ -1503,9 +1534,7 @@ async fn bad_input_is_refused_before_any_io(d: &dyn Deployment) {
         }
         for urls in d.bad_urls() {
             let connecting = try_connect(&urls, ClientOptions::default());
-            let r = tokio::time::timeout(Duration::from_millis(500), connecting)
-                .await
-                .unwrap_or_else(|_| panic!("{urls:?}: connect did I/O before refusing"));
+            let r = stopped(format!("{urls:?}: connect")).run(connecting).await;
             assert!(
                 matches!(
                     r,
@@ -1519,7 +1548,6 @@ async fn bad_input_is_refused_before_any_io(d: &dyn Deployment) {
         }
     })
     .await;
-    drop(paused);
 
     // Nothing reached the servers: no lock was made under the valid name used above.
     let status = client.status("ok").await.unwrap();
@@ -1944,6 +1972,14 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(a_semaphore_never_has_more_than_n_holders);
     step!(semaphore_order_release_and_resize);
     step!(one_name_is_one_kind);
+    step!(readers_behind_a_writer_hold_together);
+    step!(a_downgrade_keeps_later_writers_out);
+    step!(a_dead_clients_reader_and_permit_end_alone);
+    step!(the_family_refuses_other_kinds_by_name);
+    step!(permits_go_in_arrival_order_on_any_release);
+    step!(another_n_is_refused_unless_resized);
+    step!(a_raised_n_wakes_a_waiter);
+    step!(a_paused_server_loses_readers_and_permits);
     step!(bad_multi_locks_are_refused_before_any_io);
     step!(a_multi_lock_is_all_or_nothing);
     step!(multi_locks_in_opposite_orders_never_deadlock);
@@ -1955,6 +1991,8 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(a_cut_off_leader_is_told_before_the_next_leads);
     step!(every_name_is_listed_with_its_kind);
     step!(one_holder_is_removed_and_told);
+    step!(participants_of_two_clients_lead_one_at_a_time);
+    step!(a_forced_unlock_deposes_the_leader);
 }
 
 /// One test per deployment: it starts the deployment once and runs every behaviour on it.
