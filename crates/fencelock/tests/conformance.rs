@@ -25,10 +25,10 @@ mod common;
 mod election;
 #[path = "conformance/family.rs"]
 mod family;
-#[path = "conformance/inspect.rs"]
-mod inspect;
 #[path = "conformance/family_queue.rs"]
 mod family_queue;
+#[path = "conformance/inspect.rs"]
+mod inspect;
 #[path = "conformance/multi.rs"]
 mod multi;
 
