@@ -27,6 +27,8 @@ mod election;
 mod family;
 #[path = "conformance/multi.rs"]
 mod multi;
+#[path = "conformance/reentry.rs"]
+mod reentry;
 #[path = "conformance/values.rs"]
 mod values;
 
@@ -52,6 +54,10 @@ use multi::{
     a_multi_lock_gives_back_and_tells_of_any_loss, a_multi_lock_is_all_or_nothing,
     a_multi_lock_returns_only_with_every_lock_held, bad_multi_locks_are_refused_before_any_io,
     multi_locks_in_opposite_orders_never_deadlock,
+};
+use reentry::{
+    a_foreign_owners_reentry_never_waits_behind_the_clients_waiters,
+    a_reentry_never_waits_behind_the_clients_waiters,
 };
 use tokio::time::Instant;
 use values::{
@@ -121,6 +127,9 @@ struct Caps {
     /// Leader elections (`Client::election`) are offered; otherwise every election call fails
     /// with `Error::Unsupported` (RedLock: no server queue to agree on the next leader).
     election: bool,
+    /// A client has one entry per name: its other owners wait in the client for it, and
+    /// leave nothing on the servers while they wait (etcd: the key is named by the lease).
+    client_slot: bool,
 }
 
 #[cfg(feature = "redis")]
@@ -145,6 +154,7 @@ const REDIS: Caps = Caps {
     rw_lock: true,
     semaphore: true,
     downgrade_shares: true,
+    client_slot: false,
 };
 
 /// An entry of a lock on the servers: a holder or a waiter's place (Redis: an owner in the
@@ -610,6 +620,7 @@ mod zk {
         rw_lock: true,
         semaphore: true,
         downgrade_shares: true,
+        client_slot: false,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -808,6 +819,7 @@ mod etcd {
         rw_lock: true,
         semaphore: true,
         downgrade_shares: false,
+        client_slot: true,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -1968,6 +1980,8 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(one_leader_at_a_time_in_arrival_order);
     step!(observers_see_each_leader_in_order);
     step!(a_cut_off_leader_is_told_before_the_next_leads);
+    step!(a_reentry_never_waits_behind_the_clients_waiters);
+    step!(a_foreign_owners_reentry_never_waits_behind_the_clients_waiters);
     step!(every_value_is_kept_and_handed_over_exactly);
     step!(a_standby_takes_over_whatever_its_value);
 }

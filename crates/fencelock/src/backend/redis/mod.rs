@@ -61,6 +61,7 @@ use std::time::Duration;
 use self::abandoned::Abandoned;
 use self::acquire::{Ask, Attempted};
 use self::engine::Engine;
+use self::granted::Granted;
 use self::keys::LockKeys;
 use self::redlock::RedLock;
 use self::server::RedisBackend;
@@ -84,6 +85,7 @@ mod announce;
 mod conn;
 mod distinct;
 mod engine;
+mod granted;
 pub(crate) mod keys;
 mod observe;
 mod outcome;
@@ -103,6 +105,8 @@ pub(crate) struct RedisFamily {
     waiters: Arc<WaitRegistry>,
     /// Attempts and holds given up whose give-back is not confirmed yet.
     abandoned: Arc<Abandoned>,
+    /// The holds granted to this client, by owner: a re-entry is tried at once.
+    granted: Granted,
 }
 
 impl RedisFamily {
@@ -134,6 +138,7 @@ impl RedisFamily {
             engine: Arc::new(engine),
             waiters,
             abandoned: Arc::default(),
+            granted: Granted::default(),
         };
         Ok((family, warnings))
     }
@@ -307,6 +312,7 @@ impl LockService for RedisFamily {
                 lock: request.lock,
                 keys: &keys,
                 owner: request.owner,
+                explicit_owner: request.explicit_owner,
                 lease: request.lease,
                 renew: request.renew,
                 acks: request
