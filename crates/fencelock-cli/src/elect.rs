@@ -4,8 +4,11 @@
 //! whole group is gone before the leadership is resigned, and a leadership lost while it runs
 //! stops it (SIGTERM, SIGKILL after `--kill-grace`, 79). With `--again` the command campaigns
 //! anew after each term (PROGRAM exited, or the leadership was lost): an active/standby
-//! supervisor, which a SIGINT, SIGTERM or SIGHUP ends. `--observe` prints the leader and each
-//! change, one flushed line each (`--json`: one JSON object a line).
+//! supervisor, which a SIGINT, SIGTERM or SIGHUP ends: sent to this process, or to PROGRAM's
+//! group by the terminal (Ctrl-C, a hangup: PROGRAM's group is the foreground group, and its
+//! supervisor reports the signal). A standby ends at once with 128+N, a leader once PROGRAM
+//! ended, with PROGRAM's status. `--observe` prints the leader and each change, one flushed
+//! line each (`--json`: one JSON object a line).
 //!
 //! Flag combinations are checked on clap's matches ([`check_combinations`]), before anything
 //! is contacted: whether a flag with a default was given matters there.
@@ -24,19 +27,27 @@ use crate::{exit, init_logging, Connection};
 #[command(
     override_usage = "fencelock elect [OPTIONS] NAME [--] PROGRAM [ARGS]...\n       \
                       fencelock elect [OPTIONS] NAME --again [--] PROGRAM [ARGS]...\n       \
-                      fencelock elect [OPTIONS] NAME --observe [--json]"
+                      fencelock elect [OPTIONS] NAME --observe [--json]",
+    // HoldArgs speak of a lock (`run`'s words); an election is led.
+    mut_arg("wait", |a| a.help("Wait at most this long to lead, up to 7d (default: forever)")),
+    mut_arg("no_wait", |a| a.help("Fail at once if someone else leads (flock's -n)")),
+    mut_arg("conflict_exit_code", |a| a.help("Exit status when someone else leads or the wait timed out")),
+    mut_arg("lease", |a| a.help("The leadership's lease (10ms to 7d); renewed every lease/3 while PROGRAM runs")),
+    mut_arg("kill_grace", |a| a.help("When the leadership is lost, how long PROGRAM gets between SIGTERM and SIGKILL (up to 7d)")),
 )]
 pub struct ElectArgs {
     #[command(flatten)]
     conn: Connection,
     #[command(flatten)]
     hold: HoldArgs,
-    /// The value this participant advertises while it leads (at most 4096 bytes; default:
-    /// HOST:PID of this process). PROGRAM gets it in FENCELOCK_VALUE.
+    /// The value this participant advertises while it leads: one line of text, at most 4096
+    /// bytes (default: HOST:PID of this process). PROGRAM gets it in FENCELOCK_VALUE.
     #[arg(long, value_name = "TEXT")]
     value: Option<String>,
     /// Campaign anew after PROGRAM exits or the leadership is lost, until SIGINT, SIGTERM or
-    /// SIGHUP: one of an active/standby set. Then the exit status is the last PROGRAM's.
+    /// SIGHUP (also Ctrl-C or a hangup of the terminal): one of an active/standby set. A
+    /// standby then exits at once with 128+N; a leader resigns once PROGRAM ended and exits
+    /// with PROGRAM's status (130 for a PROGRAM that Ctrl-C ended).
     #[arg(long)]
     again: bool,
     /// Do not campaign: print the current leader (or none), then one line per change (value,
@@ -155,6 +166,12 @@ impl ElectArgs {
         let value = self
             .value
             .unwrap_or_else(|| format!("{}:{}", crate::owner::host_name(), std::process::id()));
+        if value.contains(char::is_control) {
+            return Err(format!(
+                "--value {value:?} has a control character (a newline, a tab): an election's \
+                 value is one line of text, as `--observe` prints one line per change"
+            ));
+        }
         if value.len() > fencelock::MAX_VALUE_LEN {
             return Err(format!(
                 "--value is {} bytes long; an election value is at most {} bytes",
@@ -187,7 +204,7 @@ pub async fn elect(args: ElectArgs) -> u8 {
     let mut signals = match Signals::new() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("fencelock: cannot handle signals: {e}");
+            errln!("fencelock: cannot handle signals: {e}");
             return exit::CONNECTION;
         }
     };
@@ -209,7 +226,7 @@ pub async fn elect(args: ElectArgs) -> u8 {
     };
     // Let a resignation (or a withdrawn campaign) reach the servers before this process exits.
     if let Err(e) = client.close().await {
-        eprintln!("fencelock: warning: {e}");
+        errln!("fencelock: warning: {e}");
     }
     code
 }
@@ -232,7 +249,7 @@ async fn lead(client: &fencelock::Client, c: &Campaign, signals: &mut Signals) -
                 Ok(Some(leadership)) => leadership,
                 Ok(None) => return c.hold.conflict_exit_code,
                 Err(e) if c.again && retryable(&e) => {
-                    eprintln!(
+                    errln!(
                         "fencelock: campaign for election {:?} failed: {}; trying again in {}",
                         c.name,
                         crate::explain::explain(&e, &c.conn, false),
@@ -248,19 +265,28 @@ async fn lead(client: &fencelock::Client, c: &Campaign, signals: &mut Signals) -
             },
             sig = signals.next() => {
                 // The dropped campaign withdraws its participant (the client's close waits).
-                eprintln!("fencelock: {sig} while campaigning in election {:?}; gave up", c.name);
+                errln!("fencelock: {sig} while campaigning in election {:?}; gave up", c.name);
                 return 128 + sig as u8;
             }
         };
         backoff = PACE;
         let started = Instant::now();
         let ran = lead_once(c, leadership, signals).await;
+        if let (true, Some(sig)) = (c.again, ran.signalled) {
+            errln!(
+                "fencelock: {sig} ended the term in election {:?} (exit status {}); not \
+                 campaigning again",
+                c.name,
+                ran.code
+            );
+        }
         if !c.again || ran.signalled.is_some() {
             return ran.code;
         }
-        eprintln!(
+        errln!(
             "fencelock: term over in election {:?} (exit status {}); campaigning again",
-            c.name, ran.code
+            c.name,
+            ran.code
         );
         if let Some(sig) = pause(PACE.saturating_sub(started.elapsed()), signals).await {
             return 128 + sig as u8;
@@ -317,7 +343,7 @@ async fn campaign(election: &Election, c: &Campaign) -> Result<Option<Leadership
                     Ok(Some(l)) => format!(": {} (term {})", l.value, l.term),
                     _ => String::new(),
                 };
-                eprintln!(
+                errln!(
                     "fencelock: election {:?} has another leader{leader}",
                     c.name
                 );
@@ -328,7 +354,7 @@ async fn campaign(election: &Election, c: &Campaign) -> Result<Option<Leadership
         match election.campaign_timeout(&c.value, wait).await {
             Ok(leadership) => Ok(Some(leadership)),
             Err(Error::Timeout { .. }) => {
-                eprintln!(
+                errln!(
                     "fencelock: election {:?} still has another leader after {}",
                     c.name,
                     humantime::format_duration(wait)
@@ -369,7 +395,7 @@ async fn observe(election: &Election, conn: &Connection, json: bool, signals: &m
             // Nothing followed yet: the service cannot follow at all (or refuses to).
             Err(e) if !reported => return crate::explain::report(&e, conn),
             Err(e) => {
-                eprintln!(
+                errln!(
                     "fencelock: can no longer follow election {:?}: {}",
                     election.name(),
                     crate::explain::explain(&e, conn, false)
@@ -378,6 +404,23 @@ async fn observe(election: &Election, conn: &Connection, json: bool, signals: &m
             }
         }
     }
+}
+
+/// `value` on one line: a value with control characters has them escaped as Rust escapes them
+/// (`\n`, `\u{1b}`) and its backslashes doubled, so that it reads back unambiguously; any
+/// other value is printed as it is.
+fn one_line(value: &str) -> String {
+    if !value.contains(char::is_control) {
+        return value.to_string();
+    }
+    value
+        .chars()
+        .map(|c| match c {
+            '\\' => "\\\\".to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
 }
 
 /// One line for `leader` (observed now), flushed.
@@ -390,7 +433,12 @@ fn print_leader(leader: Option<&Leader>, json: bool) -> std::io::Result<()> {
             "since": since,
         })
         .to_string(),
-        (false, Some(l)) => format!("leader: {}, term {}, since {since}", l.value, l.term),
+        // A value another client set may hold a newline: escaped, to keep one line a change.
+        (false, Some(l)) => format!(
+            "leader: {}, term {}, since {since}",
+            one_line(&l.value),
+            l.term
+        ),
         (false, None) => format!("leader: none, since {since}"),
     };
     let mut out = std::io::stdout().lock();
