@@ -25,8 +25,9 @@
 //!   has its node, its `czxid` token and its place; re-entry is counted in the client per
 //!   side, an upgrade is refused (`Error::UpgradeRefused`). A downgrade (write, then read)
 //!   holds at once with a plain ephemeral read node carrying the write node's sequence (as
-//!   Curator does since CURATOR-621): once the write side is given back, later writers stay
-//!   behind it and later readers join it. The fast path (`quiet`) is the mutex's and the
+//!   Curator does since CURATOR-621), and the write node's token (it holds in that turn):
+//!   once the write side is given back, later writers stay behind it, with larger tokens, and
+//!   later readers join it. The fast path (`quiet`) is the mutex's and the
 //!   election's only.
 //! - one name, one primitive: a node of another primitive in the folder ahead of an
 //!   attempt's own (another mark, or a semaphore's `locks`/`leases`) ends it with
@@ -202,8 +203,8 @@ impl SessionLocks for Inner {
         };
         if request.kind == Kind::Read {
             let holdings = &self.session.holds.holdings;
-            if let Some((write, _)) = holdings.path(name, request.owner, Side::One) {
-                return self.downgrade(ctx, request, attempt, &write).await;
+            if let Some(write) = holdings.path(name, request.owner, Side::One) {
+                return self.downgrade(ctx, request, attempt, write).await;
             }
         }
         let queue = Queue::new(self, request);
@@ -279,13 +280,15 @@ impl Inner {
 
     /// A downgrade: the owner holds the write side (node `write`) and takes the read side at
     /// once, as Curator does, with a plain ephemeral read node at the write node's place
-    /// (`_c_<guid>-__READ__<the write node's digits>`). Its token is its own `czxid`.
+    /// (`_c_<guid>-__READ__<the write node's digits>`). Its token is the write node's: it
+    /// holds in the write holding's turn, and its own `czxid` would be above that of a writer
+    /// queued behind that place, which holds next (tokens out of holding order).
     async fn downgrade(
         self: &Arc<Self>,
         ctx: &Ctx,
         request: &LockRequest<'_>,
         mut attempt: Attempt,
-        write: &str,
+        (write, token): (String, u64),
     ) -> Result<Acquired, Error> {
         let name = &request.lock.name;
         let Some(digits) = write.rsplit(recipe::Mark::Write.text()).next() else {
@@ -298,6 +301,8 @@ impl Inner {
         let made = recipe::create_at(&self.session, dir, guid, data, digits).await;
         let node = made.map_err(|e| self.fail(Some(name), e))?;
         attempt.node = Some(node.clone());
+        let czxid = i64::try_from(token).unwrap_or(node.czxid);
+        let node = Node { czxid, ..node };
         let listed = self.session.call(|zk| zk.list_and_watch_children(dir));
         let (_, watcher) = listed.await.map_err(|e| self.fail(Some(name), e))?;
         let signal = Signal::Queue {
