@@ -519,8 +519,8 @@ async fn etcdctl_elect_interop() {
 }
 
 /// `leader()`, `proclaim`, and an observer that reports nobody -> a leader -> its new value
-/// -> nobody -> the next leader -> a handover, in order, with terms that grow. A mutex holder
-/// and a leader of one name exclude each other (one range, one layout).
+/// -> nobody -> the next leader -> a handover, in order, with terms that grow. A mutex of the
+/// name of a leader is refused (`PrimitiveMismatch`): one name, one kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn election_leader_proclaim_and_observe_in_order() {
     let etcd = server();
@@ -534,7 +534,11 @@ async fn election_leader_proclaim_and_observe_in_order() {
         let mut one = a.election("lead").campaign("one").await.unwrap();
         let seen = next_leader(&mut observer).await.unwrap();
         assert_eq!((seen.value.as_str(), seen.term), ("one", one.term()));
-        assert!(b.lock("lead").try_acquire().await.unwrap().is_err());
+        let as_mutex = b.lock("lead").try_acquire().await.map(drop);
+        assert!(
+            matches!(as_mutex, Err(Error::PrimitiveMismatch { .. })),
+            "{as_mutex:?}"
+        );
         one.proclaim("uno").await.unwrap();
         let leader = b.election("lead").leader().await.unwrap().unwrap();
         assert_eq!((leader.value.as_str(), leader.term), ("uno", one.term()));
@@ -569,7 +573,11 @@ async fn election_leader_proclaim_and_observe_in_order() {
         assert_eq!(next_leader(&mut observer).await, None);
 
         let guard = a.lock("lead").acquire().await.unwrap();
-        assert!(b.election("lead").try_campaign("x").await.unwrap().is_err());
+        let as_election = b.election("lead").try_campaign("x").await.map(drop);
+        assert!(
+            matches!(as_election, Err(Error::PrimitiveMismatch { .. })),
+            "{as_election:?}"
+        );
         guard.release().await.unwrap();
     })
     .await;

@@ -130,6 +130,11 @@ pub(crate) trait SessionLocks: Ends + 'static {
     fn remaining(&self, _head: &Listed) -> impl Future<Output = Option<Duration>> + Send {
         std::future::ready(None)
     }
+    /// Whether a forced unlock of `queue` deletes every entry, the waiters' too: a semaphore
+    /// whose holders are not told apart from its waiters once N was lowered (etcd).
+    fn unlock_all(_queue: &[Listed]) -> bool {
+        false
+    }
     /// An entry's owner as status shows it.
     fn shown(entry: &Listed) -> String {
         entry.owner.clone()
@@ -485,13 +490,17 @@ fn same_owner(a: &Listed, b: &Listed) -> bool {
 }
 
 /// Deletes every holder's node or key (those holdings only: a read-write lock's readers
-/// all); the next waiters' watches fire and they take the lock.
+/// all; every entry where the service says so, `SessionLocks::unlock_all`); the next
+/// waiters' watches fire and they take the lock.
 async fn force_unlock<S: SessionLocks>(
     session: &S,
     name: &str,
 ) -> Result<Vec<(String, u64)>, Error> {
     let queue = session.queue(name).await?;
-    let held = rule::holding(&queue, same_owner);
+    let held = match S::unlock_all(&queue) {
+        true => queue.len(),
+        false => rule::holding(&queue, same_owner),
+    };
     let mut gone = Vec::new();
     for head in &queue[..held] {
         match session.delete_head(head).await {

@@ -39,8 +39,9 @@ pub(super) struct Queue<'a> {
     pub(super) inner: &'a Arc<Inner>,
     pub(super) request: &'a LockRequest<'a>,
     pub(super) dir: String,
-    /// Another primitive's key found ahead of the attempt's own: the attempt fails.
-    pub(super) mixed: std::sync::Mutex<Option<String>>,
+    /// Why the attempt is refused: the name is another kind (its key found ahead of the
+    /// attempt's own, or its kind stored), or a semaphore of another N.
+    pub(super) refused: std::sync::Mutex<Option<Error>>,
     /// A semaphore's rule, told the stored N at each look.
     pub(super) permits: Option<&'a Permits>,
     /// How many keys were ahead at the last look (a permit waits for any of them to go).
@@ -80,8 +81,42 @@ impl Queue<'_> {
         }
     }
 
-    fn mixed(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        self.mixed.lock().unwrap_or_else(|e| e.into_inner())
+    /// The kind the attempt's transaction checks or stores (see `recipe::Claim`): the
+    /// primitive's words, a semaphore's N.
+    fn value(&self) -> String {
+        match self.request.kind {
+            Kind::Permit { permits, .. } => permits.to_string(),
+            _ => self.asked().to_owned(),
+        }
+    }
+
+    fn refused(&self) -> std::sync::MutexGuard<'_, Option<Error>> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The attempt is refused: the name is `found` (a primitive's words, and where).
+    fn mismatch(&self, found: String) {
+        *self.refused() = Some(Error::PrimitiveMismatch {
+            lock: self.name().to_owned(),
+            asked: self.asked(),
+            found,
+            server: self.inner.session.server.clone(),
+        });
+    }
+
+    /// The name's stored kind refused the attempt: another primitive, or another N.
+    fn stored(&self, value: &str) {
+        let (found, n) = recipe::kind_of(value);
+        if let (Kind::Permit { permits, .. }, Some(n)) = (self.request.kind, n) {
+            *self.refused() = Some(Error::PermitsMismatch {
+                lock: self.name().to_owned(),
+                stored: n,
+                asked: permits,
+            });
+            return;
+        }
+        let key = recipe::permits_key(&self.inner.prefix, self.name());
+        self.mismatch(format!("{found} (key {key})"));
     }
 
     /// Whether another primitive's key is among `ahead` (it is kept for the error).
@@ -91,7 +126,8 @@ impl Queue<'_> {
             .iter()
             .find(|e| recipe::primitive_of(&self.dir, &e.key) != expected);
         if let Some(other) = other {
-            *self.mixed() = Some(other.key.clone());
+            let found = recipe::primitive_of(&self.dir, &other.key);
+            self.mismatch(format!("{found} (key {})", other.key));
         }
         other.is_some()
     }
@@ -127,7 +163,23 @@ impl Driver for Queue<'_> {
             Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => &**self.request.owner,
         };
         let session = &self.inner.session;
-        let created = recipe::create(session, &self.dir, &attempt.key, data).await?;
+        let (kind, value) = (
+            recipe::permits_key(&self.inner.prefix, self.name()),
+            self.value(),
+        );
+        let claim = recipe::Claim {
+            key: &kind,
+            value: &value,
+            resize: matches!(self.request.kind, Kind::Permit { resize: true, .. }),
+        };
+        let created = recipe::create(session, &self.dir, &attempt.key, data, &claim).await?;
+        let created = match created {
+            recipe::Entered::Created(created) => created,
+            recipe::Entered::Refused(stored) => {
+                self.stored(&stored);
+                return Ok(None);
+            }
+        };
         let mine = created.revision;
         attempt.revision = Some(mine);
         if created.holder.revision == mine {
@@ -155,7 +207,7 @@ impl Driver for Queue<'_> {
         let Some(mine) = attempt.revision else {
             return Ok(None);
         };
-        if self.mixed().is_some() {
+        if self.refused().is_some() {
             return Ok(None);
         }
         if self.own_key() {
@@ -227,9 +279,11 @@ impl Driver for Queue<'_> {
         }
     }
 
+    /// Its key, and the name's kind with it when it was the last key.
     async fn undo(&self, attempt: &mut Attempt) -> Result<(), Fault> {
+        let kind = recipe::permits_key(&self.inner.prefix, self.name());
         let session = &self.inner.session;
-        recipe::delete(session, &attempt.key, attempt.revision)
+        recipe::leave(session, &self.dir, &kind, &attempt.key, attempt.revision)
             .await
             .map(drop)
     }
@@ -237,9 +291,14 @@ impl Driver for Queue<'_> {
     fn undo_later(&self, mut attempt: Attempt) {
         let inner = self.inner.clone();
         let background = inner.background.clone();
+        let (dir, kind) = (
+            self.dir.clone(),
+            recipe::permits_key(&inner.prefix, self.name()),
+        );
         self.inner.background.finish(async move {
             let (key, revision) = (&attempt.key, attempt.revision);
-            if let Err(e) = recipe::delete(&inner.session, key, revision).await {
+            let left = recipe::leave(&inner.session, &dir, &kind, key, revision);
+            if let Err(e) = left.await {
                 background.failed();
                 tracing::warn!(key, error = %e, "undo of a given-up attempt failed; the key goes with the lease");
             }
@@ -259,16 +318,10 @@ impl Driver for Queue<'_> {
         self.inner.fail(Some(self.name()), fault)
     }
 
-    /// Also the end of an attempt that found another primitive's key ahead of its own.
+    /// Also the end of an attempt refused as another kind, or another N.
     fn vanished(&self) -> Error {
-        if let Some(other) = self.mixed().take() {
-            let found = recipe::primitive_of(&self.dir, &other);
-            return Error::PrimitiveMismatch {
-                lock: self.name().to_owned(),
-                asked: self.asked(),
-                found: format!("{found} (key {other})"),
-                server: self.inner.session.server.clone(),
-            };
+        if let Some(refused) = self.refused().take() {
+            return refused;
         }
         Error::Unavailable {
             lock: Some(self.name().to_owned()),

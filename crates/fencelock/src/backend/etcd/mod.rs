@@ -15,8 +15,8 @@
 //!   the value as the key's value, the lowest create revision leads and is the term): the
 //!   leader, a leader's new value (guarded by its create revision), the follower behind
 //!   `Election::observe`. A campaign is an attempt through the same queue and the same slot
-//!   as a mutex's (one key per name per lease): a mutex holder and a leader of one name
-//!   exclude each other, and so do `etcdctl lock NAME` and `etcdctl elect NAME`.
+//!   as a mutex's (one key per name per lease); the name's stored kind tells them apart
+//!   (`etcdctl lock NAME` and `etcdctl elect NAME`, which store none, join either).
 //! - read-write locks (here, `rw_attempt`) in the layout of etcd's `recipes.RWMutex`:
 //!   `<prefix>/<name>/read/<unique>` and `.../write/<unique>` under the lease, one key per
 //!   attempt (no slot), in create-revision order; a reader holds when no writer key is ahead
@@ -30,17 +30,19 @@
 //! - semaphores (here, `permit`): `<prefix>/<name>/permit/<lease hex>-<unique>` under the
 //!   lease, one key per permit, in create-revision order; a permit holds when fewer than N
 //!   keys are ahead of its own, and waits (a watch of the range's deletions, and one of N's
-//!   key) for any key ahead to go or for N to change. N is the value of
-//!   the key `<prefix>/<name>` (beside the range, without a lease: it outlives the permits,
-//!   until a resize rewrites it), put if absent with the first permit; another N is refused
-//!   (`Error::PermitsMismatch`) unless it resizes. Waiters read N again at each look: a
-//!   lowered N revokes nothing, a waiter holds once fewer than the new N keys are ahead.
-//!   Status counts the first N keys as holders (a permit granted under a larger N shows as a
-//!   waiter after a resize).
-//! - one name, one primitive: a key of another primitive ahead of an attempt's own (a
-//!   `read/`, `write/` or `permit/` key for a mutex, a one-segment key for the others) ends
-//!   it with `Error::PrimitiveMismatch` (`driver`). A mutex and an election share
-//!   `concurrency`'s layout and exclude each other: they are not told apart.
+//!   key) for any key ahead to go or for N to change. N is the value of the key
+//!   `<prefix>/<name>` (beside the range, without a lease), checked or stored in the
+//!   transaction that puts the permit's key (another N is refused, `Error::PermitsMismatch`,
+//!   unless it resizes) and deleted in the one that deletes the range's last key. Waiters
+//!   read N again at each look: a lowered N revokes nothing, a waiter holds once fewer than
+//!   the new N keys are ahead. Status counts the first N keys as holders (a permit granted
+//!   under a larger N shows as a waiter after a resize); a forced unlock deletes them all.
+//! - one name, one primitive: the key `<prefix>/<name>` stores the name's kind (`mutex`,
+//!   `election`, `read-write lock`, a semaphore's N), checked or stored in the transaction
+//!   that puts an attempt's key and deleted with the range's last key (`recipe::Claim`,
+//!   `recipe::leave`): an attempt of another kind puts nothing and fails with
+//!   `Error::PrimitiveMismatch`. A key of another primitive ahead of an attempt's own
+//!   (`etcdctl`'s, which store no kind) ends it the same way (`driver`).
 //! - here: the lease (`Inner`) as a `super::session_service::SessionLocks`, which the shared
 //!   `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with
@@ -184,8 +186,8 @@ impl SessionLocks for Inner {
         if matches!(request.kind, Kind::Read | Kind::Write) {
             return self.rw_attempt(ask).await;
         }
-        if let Kind::Permit { permits, resize } = request.kind {
-            return self.permit(ask, permits, resize).await;
+        if let Kind::Permit { permits, .. } = request.kind {
+            return self.permit(ask, permits).await;
         }
         // An owner of this client waits here for another's holding to end; if the lease ends
         // first, that holding's slot is never freed in this lease: stop waiting then.
@@ -205,7 +207,7 @@ impl SessionLocks for Inner {
             inner: self,
             request,
             dir: recipe::dir(&self.prefix, name),
-            mixed: Default::default(),
+            refused: Default::default(),
             permits: None,
             seen: Default::default(),
         };
@@ -242,13 +244,20 @@ impl SessionLocks for Inner {
         self.follow(name)
     }
 
-    /// That revision only.
+    /// That revision only (and the name's kind with the last key).
     async fn delete_head(&self, head: &Listed) -> Result<bool, Fault> {
-        recipe::delete(&self.session, &head.path, Some(head.token)).await
+        let (dir, kind) = self.range_of(&head.path);
+        recipe::leave(&self.session, &dir, &kind, &head.path, Some(head.token)).await
     }
 
     async fn remaining(&self, head: &Listed) -> Option<Duration> {
         self.ttl_left(head.session).await
+    }
+
+    /// A semaphore: its permits granted under a larger N look like waiters once N is
+    /// lowered, so every permit key goes (and N with the last).
+    fn unlock_all(queue: &[Listed]) -> bool {
+        queue.iter().any(|e| e.path.contains("/permit/"))
     }
 
     /// Keys of other clients (`etcdctl lock`) store no owner id: their lease stands for it.
@@ -283,7 +292,7 @@ impl Inner {
             inner: self,
             request,
             dir: recipe::dir(&self.prefix, name),
-            mixed: Default::default(),
+            refused: Default::default(),
             permits: None,
             seen: Default::default(),
         };
@@ -303,26 +312,12 @@ impl Inner {
         }
     }
 
-    /// A semaphore's permit: N stored (or checked: `Error::PermitsMismatch`) in the
-    /// semaphore's key, then a key of its own under `<name>/permit/`, which holds when fewer
-    /// than N keys are ahead of it (N read again at each look: a resize applies to waiters).
-    async fn permit(
-        self: &Arc<Self>,
-        ask: Ask<'_>,
-        permits: u32,
-        resize: bool,
-    ) -> Result<Acquired, Error> {
+    /// A semaphore's permit: a key of its own under `<name>/permit/`, put in the transaction
+    /// that stores N or checks it (`Error::PermitsMismatch`), which holds when fewer than N
+    /// keys are ahead of it (N read again at each look: a resize applies to waiters).
+    async fn permit(self: &Arc<Self>, ask: Ask<'_>, permits: u32) -> Result<Acquired, Error> {
         let Ask { ctx, request, wait } = ask;
         let name = &request.lock.name;
-        let stored_at = recipe::permits_key(&self.prefix, name);
-        let stored = recipe::store_permits(&self.session, &stored_at, permits, resize).await;
-        if let Err(stored) = stored.map_err(|f| self.fail(Some(name), f))? {
-            return Err(Error::PermitsMismatch {
-                lock: name.clone(),
-                stored,
-                asked: permits,
-            });
-        }
         let attempt = Attempt {
             key: recipe::permit_key(&self.prefix, name, self.session.lease),
             revision: None,
@@ -333,7 +328,7 @@ impl Inner {
             inner: self,
             request,
             dir: recipe::dir(&self.prefix, name),
-            mixed: Default::default(),
+            refused: Default::default(),
             permits: Some(&rule),
             seen: Default::default(),
         };
@@ -347,6 +342,19 @@ impl Inner {
             }
             None => wait.not_acquired(name),
         }
+    }
+
+    /// The range of lock key `key` and the key that stores its name's kind.
+    pub(super) fn range_of(&self, key: &str) -> (String, String) {
+        let name = key
+            .strip_prefix(&self.prefix)
+            .and_then(|k| k.strip_prefix('/'))
+            .and_then(|k| k.split('/').next())
+            .unwrap_or_default();
+        (
+            recipe::dir(&self.prefix, name),
+            recipe::permits_key(&self.prefix, name),
+        )
     }
 
     /// Refuses to queue behind a holding of the same owner id under another lease: a second
