@@ -43,6 +43,11 @@ pub(super) struct Queue<'a> {
     pub(super) request: &'a LockRequest<'a>,
     /// The other kind's node found ahead of the attempt's own: the attempt fails.
     pub(super) mixed: std::sync::Mutex<Option<String>>,
+    /// A semaphore's folder found in the lock's folder, to be told apart: made before the
+    /// attempt's node (the attempt fails) or after it (the semaphore's attempt fails).
+    folder: std::sync::Mutex<Option<String>>,
+    /// The semaphore's folders were made after the attempt's node: they are not its matter.
+    later: std::sync::atomic::AtomicBool,
 }
 
 impl<'a> Queue<'a> {
@@ -52,6 +57,8 @@ impl<'a> Queue<'a> {
             inner,
             request,
             mixed: std::sync::Mutex::new(None),
+            folder: std::sync::Mutex::new(None),
+            later: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -100,8 +107,14 @@ impl<'a> Queue<'a> {
         self.park(attempt);
         let node = attempt.node.as_ref()?;
         if let Some((seq, other)) = &listing.other {
-            if i64::try_from(*seq).is_ok_and(|seq| seq < node.seq) {
-                *self.mixed() = Some(format!("{}/{other}", attempt.dir));
+            let path = format!("{}/{other}", attempt.dir);
+            if recipe::SEMAPHORE_CHILDREN.contains(&other.as_str()) {
+                // Its folders have no sequence: they are told apart by creation (`told`).
+                if !self.later.load(std::sync::atomic::Ordering::Relaxed) {
+                    *self.folder.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
+                }
+            } else if i64::try_from(*seq).is_ok_and(|seq| seq < node.seq) {
+                *self.mixed() = Some(path);
                 return None;
             }
         }
@@ -115,6 +128,33 @@ impl<'a> Queue<'a> {
             (Sight::Ends, _) => vec![path(&children[0]), path(&children[at - 1])],
             (Sight::All, _) => children[..at].iter().map(path).collect(),
         })
+    }
+
+    /// The entries ahead as `ahead` found them, unless a semaphore's folder it saw was made
+    /// before the attempt's node: the name was a semaphore first, and the attempt fails
+    /// (`None`). One made after it is the semaphore's attempt's to refuse (see
+    /// `super::semaphore`): both compare the folder's creation with the other's node, so
+    /// two kinds started together give one refusal.
+    async fn told(
+        &self,
+        attempt: &Attempt,
+        ahead: Option<Vec<String>>,
+    ) -> Result<Option<Vec<String>>, zk::Error> {
+        let folder = self.folder.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let (Some(_), Some(node)) = (folder, attempt.node.as_ref()) else {
+            return Ok(ahead);
+        };
+        let made = super::semaphore::made(&self.inner.session, &attempt.dir).await?;
+        match made {
+            Some((czxid, path)) if czxid < node.czxid => {
+                *self.mixed() = Some(path);
+                Ok(None)
+            }
+            _ => {
+                self.later.store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(ahead)
+            }
+        }
     }
 
     /// Whether a failed request is tried again: a waiter outlives a connection loss while its
@@ -198,7 +238,8 @@ impl Driver for Queue<'_> {
             }
             // Dropped here, which ends the calm before the listing is sent.
         }
-        Ok(listed.and_then(|listing| self.ahead(attempt, listing, sight)))
+        let ahead = listed.and_then(|listing| self.ahead(attempt, listing, sight));
+        self.told(attempt, ahead).await
     }
 
     async fn look(
@@ -210,7 +251,8 @@ impl Driver for Queue<'_> {
             return Ok(None);
         }
         let listing = self.inner.list(&attempt.dir, self.mark()).await?;
-        Ok(self.ahead(attempt, listing, sight))
+        let ahead = self.ahead(attempt, listing, sight);
+        self.told(attempt, ahead).await
     }
 
     /// The first time, it also reads the holder's node, in the same round trip as the

@@ -252,8 +252,15 @@ impl SessionLocks for Inner {
         self.follow(name)
     }
 
+    /// A semaphore's last lease takes its folders and N with it (`semaphore::tidy`).
     async fn delete_head(&self, head: &Listed) -> Result<bool, zk::Error> {
-        match self.session.call(|zk| zk.delete(&head.path, None)).await {
+        let tidy = async {
+            if let Some(semaphore) = semaphore::lease_of(&head.path) {
+                semaphore::tidy(&self.session, semaphore).await;
+            }
+        };
+        let deleted = self.session.call(|zk| zk.delete(&head.path, None));
+        match tokio::join!(deleted, tidy).0 {
             Ok(()) => Ok(true),
             Err(zk::Error::NoNode) => Ok(false),
             Err(e) => Err(e),
