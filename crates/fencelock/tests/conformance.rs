@@ -55,8 +55,10 @@ use multi::{
 };
 use recipes::{
     a_semaphore_holds_at_most_the_current_n_through_resizes,
+    a_semaphores_n_lives_as_long_as_its_entries,
     first_acquires_of_one_owner_together_keep_each_hold,
     tokens_increase_in_holding_order_through_a_downgrade,
+    two_kinds_started_together_give_one_refusal,
 };
 use tokio::time::Instant;
 
@@ -1961,9 +1963,11 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(a_semaphore_never_has_more_than_n_holders);
     step!(semaphore_order_release_and_resize);
     step!(one_name_is_one_kind);
+    step!(two_kinds_started_together_give_one_refusal);
     step!(first_acquires_of_one_owner_together_keep_each_hold);
     step!(a_semaphore_holds_at_most_the_current_n_through_resizes);
     step!(tokens_increase_in_holding_order_through_a_downgrade);
+    step!(a_semaphores_n_lives_as_long_as_its_entries);
     step!(bad_multi_locks_are_refused_before_any_io);
     step!(a_multi_lock_is_all_or_nothing);
     step!(multi_locks_in_opposite_orders_never_deadlock);
