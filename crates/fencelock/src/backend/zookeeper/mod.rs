@@ -30,9 +30,9 @@
 //!   later readers join it. The fast path (`quiet`) is the mutex's and the
 //!   election's only.
 //! - one name, one primitive: a node of another primitive in the folder ahead of an
-//!   attempt's own (another mark, or a semaphore's `locks`/`leases`) ends it with
-//!   `Error::PrimitiveMismatch` naming both; a semaphore refuses a folder with another
-//!   primitive's nodes (`semaphore`).
+//!   attempt's own (another mark) ends it with `Error::PrimitiveMismatch` naming both; a
+//!   semaphore's folders (`locks`/`leases`, no sequence) are told apart by creation: the
+//!   later of the two fails, on either side (`driver`, `semaphore`).
 //! - here: the session (`Inner`) as a `super::session_service::SessionLocks`, which the
 //!   shared `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with etcd).

@@ -16,8 +16,14 @@
 //! resizes, which rewrites it (guarded by the data's version). Waiters read it again, with a
 //! watch, at each turn, so a lowered N revokes nothing: holders stay, and a waiter holds
 //! once at most N lease nodes (its own included) are there; a raised N wakes it. Curator keeps its N in the process: a Curator
-//! semaphore of another N is not detected. The folders are containers: once the last node
-//! is gone the server reaps them, and N with them.
+//! semaphore of another N is not detected. N goes with the last entry: a lease node's
+//! delete is followed, in the same round trip, by deletes of the empty folders and the
+//! semaphore's own folder (`tidy`); an N left without entries is taken over (`in_use`).
+//!
+//! One name, one kind: the folders have no sequence among the name's nodes, so a permit
+//! looks at the name's folder while it waits for its lease, and fails when another kind's
+//! node was made before the semaphore's folders (`made`); another kind's attempt fails when
+//! they were made before its node (`super::driver`). Two kinds started together: one refusal.
 
 use std::sync::Arc;
 
