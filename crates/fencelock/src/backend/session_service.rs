@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use super::current::{Current, Ends, Opening};
 use super::holdings::{self, Closing, Side};
+use super::queue::recipe::Recipe;
 use super::queue::rule::{self, Queued};
 use super::session_holds::SessionHolds;
 use super::{
@@ -197,11 +198,13 @@ pub(crate) trait SessionLocks: Ends + 'static {
     }
 }
 
-/// An acquire, as the session service hands it to a session's attempt.
+/// An acquire, as the session service hands it to a session's attempt, with its recipe
+/// (`super::queue::recipe`): a service reads the recipe, never the kind.
 #[derive(Clone, Copy)]
 pub(crate) struct Ask<'a> {
     pub(crate) ctx: &'a Ctx,
     pub(crate) request: &'a LockRequest<'a>,
+    pub(crate) recipe: &'a Recipe<'a>,
     pub(crate) wait: Wait,
 }
 
@@ -341,7 +344,16 @@ impl<S: SessionLocks> LockService for SessionService<S> {
             let session = self.current.live().await?;
             match start(&*session, ctx, request)? {
                 Some(held) => Ok(Acquired::Held(held)),
-                None => session.attempt(Ask { ctx, request, wait }).await,
+                None => {
+                    let recipe = Recipe::of(request);
+                    let ask = Ask {
+                        ctx,
+                        request,
+                        recipe: &recipe,
+                        wait,
+                    };
+                    session.attempt(ask).await
+                }
             }
         })
     }

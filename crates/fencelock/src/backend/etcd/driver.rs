@@ -16,10 +16,11 @@ use super::recipe::{self, Entry, Place, Wake};
 use super::session::Fault;
 use super::slots::Slot;
 use super::Inner;
-use crate::backend::queue::rule::{Permits, Sight};
+use crate::backend::queue::recipe::{Primitive, Recipe};
+use crate::backend::queue::rule::Sight;
 use crate::backend::queue::{Driver, Turn};
 use crate::backend::session_service::SessionLocks;
-use crate::backend::{Kind, LockRequest, Wait};
+use crate::backend::{LockRequest, Wait};
 use crate::error::Error;
 
 /// How long a waiter pauses before asking again after a failed request.
@@ -38,12 +39,11 @@ pub(super) struct Attempt {
 pub(super) struct Queue<'a> {
     pub(super) inner: &'a Arc<Inner>,
     pub(super) request: &'a LockRequest<'a>,
+    pub(super) recipe: &'a Recipe<'a>,
     pub(super) dir: String,
     /// Why the attempt is refused: the name is another kind (its key found ahead of the
     /// attempt's own, or its kind stored), or a semaphore of another N.
     pub(super) refused: std::sync::Mutex<Option<Error>>,
-    /// A semaphore's rule, told the stored N at each look.
-    pub(super) permits: Option<&'a Permits>,
     /// How many keys were ahead at the last look (a permit waits for any of them to go).
     pub(super) seen: std::sync::atomic::AtomicUsize,
 }
@@ -56,37 +56,29 @@ impl Queue<'_> {
     /// The attempt is a read-write lock's or a semaphore's: a key of its own, and every
     /// key ahead read at each look.
     fn own_key(&self) -> bool {
-        matches!(
-            self.request.kind,
-            Kind::Read | Kind::Write | Kind::Permit { .. }
-        )
+        !self.recipe.alone()
     }
 
-    /// The primitive whose keys the attempt queues with (`recipe::primitive_of`'s words).
+    /// The primitive whose keys the attempt queues with (`recipe::primitive_of`'s words):
+    /// a mutex and an election share `concurrency`'s layout.
     fn expected(&self) -> &'static str {
-        match self.request.kind {
-            Kind::Read | Kind::Write => "read-write lock",
-            Kind::Permit { .. } => "semaphore",
-            Kind::Mutex | Kind::Leader { .. } => "mutex or election",
+        match self.recipe.primitive {
+            Primitive::Mutex | Primitive::Election => "mutex or election",
+            other => other.words(),
         }
     }
 
     /// The primitive the attempt asks for, in `Error::PrimitiveMismatch`'s words.
     fn asked(&self) -> &'static str {
-        match self.request.kind {
-            Kind::Read | Kind::Write => "read-write lock",
-            Kind::Leader { .. } => "election",
-            Kind::Permit { .. } => "semaphore",
-            Kind::Mutex => "mutex",
-        }
+        self.recipe.primitive.words()
     }
 
     /// The kind the attempt's transaction checks or stores (see `recipe::Claim`): the
     /// primitive's words, a semaphore's N.
     fn value(&self) -> String {
-        match self.request.kind {
-            Kind::Permit { permits, .. } => permits.to_string(),
-            _ => self.asked().to_owned(),
+        match self.recipe.permits {
+            Some((permits, _)) => permits.to_string(),
+            None => self.asked().to_owned(),
         }
     }
 
@@ -107,7 +99,7 @@ impl Queue<'_> {
     /// The name's stored kind refused the attempt: another primitive, or another N.
     fn stored(&self, value: &str) {
         let (found, n) = recipe::kind_of(value);
-        if let (Kind::Permit { permits, .. }, Some(n)) = (self.request.kind, n) {
+        if let (Some((permits, _)), Some(n)) = (self.recipe.permits, n) {
             *self.refused() = Some(Error::PermitsMismatch {
                 lock: self.name().to_owned(),
                 stored: n,
@@ -157,11 +149,7 @@ impl Driver for Queue<'_> {
         _sight: Sight,
     ) -> Result<Option<Vec<Entry>>, Fault> {
         // A mutex's key stores the owner id; an election's the value it advertises.
-        let data = match self.request.kind {
-            Kind::Leader { value } => value,
-            // A permit's key is made by the semaphore, not by this queue.
-            Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => &**self.request.owner,
-        };
+        let data = self.recipe.value;
         let session = &self.inner.session;
         let (kind, value) = (
             recipe::permits_key(&self.inner.prefix, self.name()),
@@ -170,7 +158,7 @@ impl Driver for Queue<'_> {
         let claim = recipe::Claim {
             key: &kind,
             value: &value,
-            resize: matches!(self.request.kind, Kind::Permit { resize: true, .. }),
+            resize: self.recipe.resizes(),
         };
         let created = recipe::create(session, &self.dir, &attempt.key, data, &claim).await?;
         let created = match created {
@@ -211,7 +199,7 @@ impl Driver for Queue<'_> {
             return Ok(None);
         }
         if self.own_key() {
-            if let Some(permits) = self.permits {
+            if let Some(permits) = self.recipe.permits_rule() {
                 let key = recipe::permits_key(&self.inner.prefix, self.name());
                 if let Some(n) = recipe::stored_permits(session, &key).await? {
                     permits.set(n);
@@ -250,14 +238,14 @@ impl Driver for Queue<'_> {
     ) -> Result<Turn, Error> {
         // The holder may be this owner in another client (a campaign's owner id is fresh,
         // and an election's keys store values, not owner ids).
-        if self.request.kind == Kind::Mutex {
+        if self.recipe.primitive == Primitive::Mutex {
             self.inner.foreign(self.request.owner, holder)?;
         }
         if matches!(wait, Wait::No) {
             return Ok(Turn::GiveUp);
         }
         let session = &self.inner.session;
-        let woke = match (self.permits, attempt.revision) {
+        let woke = match (self.recipe.permits_rule(), attempt.revision) {
             (Some(permits), Some(mine)) => {
                 let permits_key = recipe::permits_key(&self.inner.prefix, self.name());
                 let seen = recipe::Seen {

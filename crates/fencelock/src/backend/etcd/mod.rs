@@ -62,10 +62,10 @@ use super::current::{Ends, Opening};
 use super::holdings::Closing;
 use super::holdings::Side;
 use super::queue;
-use super::queue::rule::{First, Permits, Reader};
+use super::queue::recipe::{Primitive, Recipe};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, Kind, LockRequest, Released};
+use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
 use crate::watchdog::BoxFuture;
@@ -178,40 +178,50 @@ impl SessionLocks for Inner {
         }
     }
 
-    /// The client's slot for the lock first, then the key (a read-write lock's attempts
-    /// have keys of their own: no slot).
+    /// A downgrade holds at once with the write key as its own (see the module); a mutex's
+    /// and an election's attempt takes the client's slot for the lock first (one key per
+    /// name per lease), then the key; the others put a key of their own.
     async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
-        let Ask { ctx, request, wait } = ask;
+        let Ask {
+            ctx,
+            request,
+            recipe,
+            wait,
+        } = ask;
         let name = &request.lock.name;
-        if matches!(request.kind, Kind::Read | Kind::Write) {
-            return self.rw_attempt(ask).await;
+        if recipe.downgrades {
+            let holdings = &self.session.holds.holdings;
+            if let Some((key, token)) = holdings.path(name, request.owner, Side::One) {
+                let lease = self.hold(ctx, request, key, token);
+                return Ok(Acquired::Held(Held { lease, count: 1 }));
+            }
         }
-        if let Kind::Permit { permits, .. } = request.kind {
-            return self.permit(ask, permits).await;
-        }
-        // An owner of this client waits here for another's holding to end; if the lease ends
-        // first, that holding's slot is never freed in this lease: stop waiting then.
-        let slot = tokio::select! {
-            slot = self.slots.take(name, wait) => slot,
-            () = self.session.holds.ended.cancelled() => return Err(self.fail(Some(name), Fault::Ended)),
-        };
-        let Some(slot) = slot else {
-            return wait.not_acquired(name);
+        let slot = match recipe.alone() {
+            // An owner of this client waits here for another's holding to end; if the lease
+            // ends first, that holding's slot is never freed in this lease: stop waiting then.
+            true => match tokio::select! {
+                slot = self.slots.take(name, wait) => slot,
+                () = self.session.holds.ended.cancelled() => return Err(self.fail(Some(name), Fault::Ended)),
+            } {
+                Some(slot) => Some(slot),
+                None => return wait.not_acquired(name),
+            },
+            false => None,
         };
         let attempt = Attempt {
-            key: recipe::key(&self.prefix, name, self.session.lease),
+            key: self.key_of(name, recipe),
             revision: None,
-            slot: Some(slot),
+            slot,
         };
         let queue = Queue {
             inner: self,
             request,
+            recipe,
             dir: recipe::dir(&self.prefix, name),
             refused: Default::default(),
-            permits: None,
             seen: Default::default(),
         };
-        match queue::take(&queue, &First, attempt, wait).await? {
+        match queue::take(&queue, &recipe.holds, attempt, wait).await? {
             Some(mut held) => {
                 let (key, slot) = (std::mem::take(&mut held.key), held.slot.take());
                 let revision = held.revision.unwrap_or_default();
@@ -267,80 +277,14 @@ impl SessionLocks for Inner {
 }
 
 impl Inner {
-    /// A read-write lock's attempt: a key of its own (`read/` or `write/`), a reader under
-    /// the reader's rule. A downgrade (the owner holds the write side and asks for the read
-    /// side) holds at once, with the write key as its own: that key stays until both sides
-    /// are given back, so no writer queued meanwhile gets in (CURATOR-621's fault); readers
-    /// queued meanwhile wait for it too (etcd cannot put a key at an older revision).
-    async fn rw_attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
-        let Ask { ctx, request, wait } = ask;
-        let name = &request.lock.name;
-        let holdings = &self.session.holds.holdings;
-        if request.kind == Kind::Read {
-            if let Some((key, token)) = holdings.path(name, request.owner, Side::One) {
-                let lease = self.hold(ctx, request, key, token);
-                return Ok(Acquired::Held(Held { lease, count: 1 }));
-            }
-        }
-        let write = request.kind == Kind::Write;
-        let attempt = Attempt {
-            key: recipe::rw_key(&self.prefix, name, write, self.session.lease),
-            revision: None,
-            slot: None,
-        };
-        let queue = Queue {
-            inner: self,
-            request,
-            dir: recipe::dir(&self.prefix, name),
-            refused: Default::default(),
-            permits: None,
-            seen: Default::default(),
-        };
-        let taken = match write {
-            true => queue::take(&queue, &First, attempt, wait).await?,
-            false => queue::take(&queue, &Reader, attempt, wait).await?,
-        };
-        match taken {
-            Some(mut held) => {
-                let key = std::mem::take(&mut held.key);
-                let revision = held.revision.unwrap_or_default();
-                Ok(Acquired::Held(
-                    self.held(ctx, request, key, revision, None)?,
-                ))
-            }
-            None => wait.not_acquired(name),
-        }
-    }
-
-    /// A semaphore's permit: a key of its own under `<name>/permit/`, put in the transaction
-    /// that stores N or checks it (`Error::PermitsMismatch`), which holds when fewer than N
-    /// keys are ahead of it (N read again at each look: a resize applies to waiters).
-    async fn permit(self: &Arc<Self>, ask: Ask<'_>, permits: u32) -> Result<Acquired, Error> {
-        let Ask { ctx, request, wait } = ask;
-        let name = &request.lock.name;
-        let attempt = Attempt {
-            key: recipe::permit_key(&self.prefix, name, self.session.lease),
-            revision: None,
-            slot: None,
-        };
-        let rule = Permits::new(permits);
-        let queue = Queue {
-            inner: self,
-            request,
-            dir: recipe::dir(&self.prefix, name),
-            refused: Default::default(),
-            permits: Some(&rule),
-            seen: Default::default(),
-        };
-        match queue::take(&queue, &rule, attempt, wait).await? {
-            Some(mut held) => {
-                let key = std::mem::take(&mut held.key);
-                let revision = held.revision.unwrap_or_default();
-                Ok(Acquired::Held(
-                    self.held(ctx, request, key, revision, None)?,
-                ))
-            }
-            None => wait.not_acquired(name),
+    /// The key an attempt of `recipe` puts: the layout table from primitive to key
+    /// (`concurrency`'s lease-named key, `recipes.RWMutex`'s `read/` and `write/`, `permit/`).
+    fn key_of(&self, name: &str, recipe: &Recipe<'_>) -> String {
+        let lease = self.session.lease;
+        match recipe.primitive {
+            Primitive::Mutex | Primitive::Election => recipe::key(&self.prefix, name, lease),
+            Primitive::RwLock => recipe::rw_key(&self.prefix, name, !recipe.reader, lease),
+            Primitive::Semaphore => recipe::permit_key(&self.prefix, name, lease),
         }
     }
 

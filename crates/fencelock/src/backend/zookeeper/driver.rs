@@ -18,10 +18,11 @@ use zookeeper_client as zk;
 use super::quiet::Taken;
 use super::recipe::{self, Entry, Listing, Mark, Node};
 use super::{Inner, RETRY};
+use crate::backend::queue::recipe::Recipe;
 use crate::backend::queue::rule::{Queued, Sight};
 use crate::backend::queue::{Driver, Turn};
 use crate::backend::session_service::SessionLocks;
-use crate::backend::{Kind, LockRequest, Wait};
+use crate::backend::{LockRequest, Wait};
 use crate::error::Error;
 
 /// An attempt's node until it holds the lock or is removed.
@@ -41,6 +42,7 @@ pub(super) struct Attempt {
 pub(super) struct Queue<'a> {
     pub(super) inner: &'a Arc<Inner>,
     pub(super) request: &'a LockRequest<'a>,
+    pub(super) recipe: &'a Recipe<'a>,
     /// The other kind's node found ahead of the attempt's own: the attempt fails.
     pub(super) mixed: std::sync::Mutex<Option<String>>,
     /// A semaphore's folder found in the lock's folder, to be told apart: made before the
@@ -52,10 +54,15 @@ pub(super) struct Queue<'a> {
 
 impl<'a> Queue<'a> {
     /// One acquire's view of the queue of `request`'s kind.
-    pub(super) fn new(inner: &'a Arc<Inner>, request: &'a LockRequest<'a>) -> Self {
+    pub(super) fn new(
+        inner: &'a Arc<Inner>,
+        request: &'a LockRequest<'a>,
+        recipe: &'a Recipe<'a>,
+    ) -> Self {
         Self {
             inner,
             request,
+            recipe,
             mixed: std::sync::Mutex::new(None),
             folder: std::sync::Mutex::new(None),
             later: std::sync::atomic::AtomicBool::new(false),
@@ -68,21 +75,14 @@ impl<'a> Queue<'a> {
 
     /// The kind of node the attempt makes.
     fn mark(&self) -> Mark {
-        Mark::of(self.request.kind)
+        Mark::of(self.recipe)
     }
 
     /// The attempt's node: its kind, and its data (the owner id, or the value advertised).
     fn entry(&self) -> Entry<'_> {
-        let data = match self.request.kind {
-            Kind::Leader { value } => value.as_bytes(),
-            // The other kinds are refused before any I/O (`check_kind`).
-            Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => {
-                self.request.owner.as_bytes()
-            }
-        };
         Entry {
             mark: self.mark(),
-            data,
+            data: self.recipe.value.as_bytes(),
         }
     }
 
@@ -220,7 +220,7 @@ impl Driver for Queue<'_> {
         let (inner, dir) = (self.inner, &attempt.dir);
         // The fast path is the mutex's and the election's: a read-write lock's folder may
         // keep this client's other node (a downgrade's reader) after a release.
-        let fast = matches!(self.request.kind, Kind::Mutex | Kind::Leader { .. });
+        let fast = self.recipe.alone();
         let taken = fast.then(|| inner.quiet.take(dir)).flatten();
         if taken.is_none() {
             inner.quiet.end(dir);

@@ -54,10 +54,9 @@ use super::current::{Ends, Opening};
 use super::holdings::Closing;
 use super::holdings::Side;
 use super::queue;
-use super::queue::rule::{First, Reader};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, Kind, LockRequest, Released};
+use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, Warning};
 use crate::watchdog::BoxFuture;
@@ -186,9 +185,14 @@ impl SessionLocks for Inner {
 
     /// A new node, or the fast path's create alone on a calm folder (see `quiet`).
     async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
-        let Ask { ctx, request, wait } = ask;
+        let Ask {
+            ctx,
+            request,
+            recipe,
+            wait,
+        } = ask;
         let name = &request.lock.name;
-        if let Kind::Permit { permits, resize } = request.kind {
+        if let Some((permits, resize)) = recipe.permits {
             return self.permit(ask, permits, resize).await;
         }
         let attempt = Attempt {
@@ -201,23 +205,23 @@ impl SessionLocks for Inner {
             watcher: None,
             fast: None,
         };
-        if request.kind == Kind::Read {
+        if recipe.downgrades {
             let holdings = &self.session.holds.holdings;
             if let Some(write) = holdings.path(name, request.owner, Side::One) {
                 return self.downgrade(ctx, request, attempt, write).await;
             }
         }
-        let queue = Queue::new(self, request);
-        let taken = match request.kind {
-            Kind::Read => queue::take(&queue, &Reader, attempt, wait).await?,
-            _ => queue::take(&queue, &First, attempt, wait).await?,
-        };
-        let Some(held) = taken else {
+        let queue = Queue::new(self, request, recipe);
+        let Some(held) = queue::take(&queue, &recipe.holds, attempt, wait).await? else {
             return wait.not_acquired(name);
         };
         let signal = match (held.fast, held.watcher) {
             (Some(taken), _) => Some(Signal::Fast(taken)),
-            (None, Some((watcher, alone))) => Some(Signal::Queue { watcher, alone }),
+            (None, Some((watcher, alone))) => Some(Signal::Queue {
+                watcher,
+                // The fast path is the mutex's and the election's (see `Queue::enter`).
+                alone: alone && recipe.alone(),
+            }),
             (None, None) => None,
         };
         match (held.node, signal) {
@@ -351,8 +355,7 @@ impl Inner {
                 }
             }
             Signal::Queue { watcher, alone } => {
-                // The fast path is the mutex's and the election's (see `Queue::enter`).
-                if alone && matches!(request.kind, Kind::Mutex | Kind::Leader { .. }) {
+                if alone {
                     self.quiet.candidate(&holder.path);
                 }
                 ctx.background.linger(self.clone().watch(holder, watcher));

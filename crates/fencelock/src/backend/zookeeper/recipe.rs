@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::session::Session;
-use crate::backend::Kind;
+use crate::backend::queue::recipe::{Primitive, Recipe};
 
 /// Whether a request failed with the connection (lost, silent past the response timeout, or
 /// found dead by `zookeeper-client`, which reports that and I/O failures as `Custom`), not
@@ -69,14 +69,14 @@ const MARKS: [Mark; 5] = [
 pub(crate) const SEMAPHORE_CHILDREN: [&str; 2] = ["locks", "leases"];
 
 impl Mark {
-    /// The mark of an acquire of `kind`.
-    pub(crate) fn of(kind: Kind<'_>) -> Self {
-        match kind {
-            Kind::Leader { .. } => Mark::Latch,
-            Kind::Read => Mark::Read,
-            Kind::Write => Mark::Write,
+    /// The mark of an attempt of `recipe`: the layout table from primitive to node.
+    pub(crate) fn of(recipe: &Recipe<'_>) -> Self {
+        match (recipe.primitive, recipe.reader) {
+            (Primitive::Election, _) => Mark::Latch,
+            (Primitive::RwLock, true) => Mark::Read,
+            (Primitive::RwLock, false) => Mark::Write,
             // A permit's queue is the semaphore's mutex (`semaphore`).
-            Kind::Mutex | Kind::Permit { .. } => Mark::Lock,
+            (Primitive::Mutex | Primitive::Semaphore, _) => Mark::Lock,
         }
     }
 

@@ -157,7 +157,12 @@ impl Inner {
         permits: u32,
         resize: bool,
     ) -> Result<Acquired, Error> {
-        let Ask { ctx, request, wait } = ask;
+        let Ask {
+            ctx,
+            request,
+            recipe,
+            wait,
+        } = ask;
         let name = &request.lock.name;
         let dir = self.dir(name);
         self.store_permits(name, &dir, permits, resize).await?;
@@ -169,7 +174,7 @@ impl Inner {
             watcher: None,
             fast: None,
         };
-        let queue = Queue::new(self, request);
+        let queue = Queue::new(self, request, recipe);
         let Some(mutex) = queue::take(&queue, &First, mutex, wait).await? else {
             return wait.not_acquired(name);
         };
