@@ -144,7 +144,7 @@ impl<'a> Queue<'a> {
         let (Some(_), Some(node)) = (folder, attempt.node.as_ref()) else {
             return Ok(ahead);
         };
-        let made = super::semaphore::made(&self.inner.session, &attempt.dir).await?;
+        let made = recipe::made(&self.inner.session, &attempt.dir).await?;
         match made {
             Some((czxid, path)) if czxid < node.czxid => {
                 *self.mixed() = Some(path);

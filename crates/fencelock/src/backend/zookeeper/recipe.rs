@@ -429,6 +429,25 @@ pub(crate) struct Watched {
     pub(crate) watcher: zk::OneshotWatcher,
 }
 
+/// When semaphore folder `dir` was made: the lowest creation zxid of its `locks` and
+/// `leases` folders, and that folder's path; `None` without either.
+pub(crate) async fn made(session: &Session, dir: &str) -> Result<Option<(i64, String)>, zk::Error> {
+    let sent = Instant::now();
+    let paths = SEMAPHORE_CHILDREN.map(|c| format!("{dir}/{c}"));
+    let stats = paths.clone().map(|p| session.zk.check_stat(&p));
+    let [locks, leases] = stats;
+    let (locks, leases) = tokio::join!(session.answer(sent, locks), session.answer(sent, leases));
+    let mut made = None;
+    for (stat, path) in [locks?, leases?].into_iter().zip(paths) {
+        if let Some(stat) = stat {
+            if made.as_ref().is_none_or(|(z, _)| stat.czxid < *z) {
+                made = Some((stat.czxid, path));
+            }
+        }
+    }
+    Ok(made)
+}
+
 /// Reads `path` with a watch.
 pub(crate) async fn watch(session: &Session, path: &str) -> Result<Option<Watched>, zk::Error> {
     match session.call(|zk| zk.get_and_watch_data(path)).await {

@@ -85,25 +85,6 @@ pub(super) fn lease_of(path: &str) -> Option<&str> {
     path.rsplit_once('/')?.0.strip_suffix("/leases")
 }
 
-/// When semaphore folder `dir` was made: the lowest creation zxid of its `locks` and
-/// `leases` folders, and that folder's path; `None` without either.
-pub(super) async fn made(session: &Session, dir: &str) -> Result<Option<(i64, String)>, zk::Error> {
-    let sent = Instant::now();
-    let paths = recipe::SEMAPHORE_CHILDREN.map(|c| format!("{dir}/{c}"));
-    let stats = paths.clone().map(|p| session.zk.check_stat(&p));
-    let [locks, leases] = stats;
-    let (locks, leases) = tokio::join!(session.answer(sent, locks), session.answer(sent, leases));
-    let mut made = None;
-    for (stat, path) in [locks?, leases?].into_iter().zip(paths) {
-        if let Some(stat) = stat {
-            if made.as_ref().is_none_or(|(z, _)| stat.czxid < *z) {
-                made = Some((stat.czxid, path));
-            }
-        }
-    }
-    Ok(made)
-}
-
 impl Leftovers {
     /// An attempt's node of GUID `guid` in folder `dir`, whatever its sequence.
     pub(super) fn node(inner: &Arc<Inner>, dir: &str, guid: &str) -> Self {
@@ -349,7 +330,7 @@ impl Inner {
         let Some(other) = read.into_iter().min_by_key(|e| e.token) else {
             return Ok(None);
         };
-        let made = made(&self.session, dir).await?;
+        let made = recipe::made(&self.session, dir).await?;
         Ok(match made {
             Some((czxid, _)) if czxid < other.token => None,
             _ => {
