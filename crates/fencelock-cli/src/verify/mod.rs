@@ -31,7 +31,7 @@ mod servers;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-pub use args::VerifyArgs;
+pub use args::{check_permits, VerifyArgs};
 pub use clients::{client, ClientArgs};
 
 use crate::exit;
