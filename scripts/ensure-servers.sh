@@ -16,6 +16,10 @@ ensure_servers() {
   # PostgreSQL for the fenced-SQL example and tests (the test kit runs its own server).
   [ -n "${FENCELOCK_PG_BIN:-}" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
     || missing+=(postgresql)
+  # PgBouncer in transaction pooling in front of it, for the postgres service's tests (the test
+  # kit starts its own on a free port; the package's service on 6432 is never used).
+  [ -n "${FENCELOCK_PGBOUNCER:-}" ] || command -v pgbouncer >/dev/null \
+    || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
   # etcd for the etcd backend's tests (the test kit starts its own members); protoc builds the
   # etcd client crate's gRPC code.
   command -v etcd >/dev/null || missing+=(etcd-server)

@@ -4,8 +4,11 @@
 //! whole group is gone before the leadership is resigned, and a leadership lost while it runs
 //! stops it (SIGTERM, SIGKILL after `--kill-grace`, 79). With `--again` the command campaigns
 //! anew after each term (PROGRAM exited, or the leadership was lost): an active/standby
-//! supervisor, which a SIGINT, SIGTERM or SIGHUP ends. `--observe` prints the leader and each
-//! change, one flushed line each (`--json`: one JSON object a line).
+//! supervisor, which a SIGINT, SIGTERM or SIGHUP ends: sent to this process, or to PROGRAM's
+//! group by the terminal (Ctrl-C, a hangup: PROGRAM's group is the foreground group, and its
+//! supervisor reports the signal). A standby ends at once with 128+N, a leader once PROGRAM
+//! ended, with PROGRAM's status. `--observe` prints the leader and each change, one flushed
+//! line each (`--json`: one JSON object a line).
 //!
 //! Flag combinations are checked on clap's matches ([`check_combinations`]), before anything
 //! is contacted: whether a flag with a default was given matters there.
@@ -36,7 +39,9 @@ pub struct ElectArgs {
     #[arg(long, value_name = "TEXT")]
     value: Option<String>,
     /// Campaign anew after PROGRAM exits or the leadership is lost, until SIGINT, SIGTERM or
-    /// SIGHUP: one of an active/standby set. Then the exit status is the last PROGRAM's.
+    /// SIGHUP (also Ctrl-C or a hangup of the terminal): one of an active/standby set. A
+    /// standby then exits at once with 128+N; a leader resigns once PROGRAM ended and exits
+    /// with PROGRAM's status (130 for a PROGRAM that Ctrl-C ended).
     #[arg(long)]
     again: bool,
     /// Do not campaign: print the current leader (or none), then one line per change (value,
@@ -187,7 +192,7 @@ pub async fn elect(args: ElectArgs) -> u8 {
     let mut signals = match Signals::new() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("fencelock: cannot handle signals: {e}");
+            errln!("fencelock: cannot handle signals: {e}");
             return exit::CONNECTION;
         }
     };
@@ -209,7 +214,7 @@ pub async fn elect(args: ElectArgs) -> u8 {
     };
     // Let a resignation (or a withdrawn campaign) reach the servers before this process exits.
     if let Err(e) = client.close().await {
-        eprintln!("fencelock: warning: {e}");
+        errln!("fencelock: warning: {e}");
     }
     code
 }
@@ -232,7 +237,7 @@ async fn lead(client: &fencelock::Client, c: &Campaign, signals: &mut Signals) -
                 Ok(Some(leadership)) => leadership,
                 Ok(None) => return c.hold.conflict_exit_code,
                 Err(e) if c.again && retryable(&e) => {
-                    eprintln!(
+                    errln!(
                         "fencelock: campaign for election {:?} failed: {}; trying again in {}",
                         c.name,
                         crate::explain::explain(&e, &c.conn, false),
@@ -248,19 +253,28 @@ async fn lead(client: &fencelock::Client, c: &Campaign, signals: &mut Signals) -
             },
             sig = signals.next() => {
                 // The dropped campaign withdraws its participant (the client's close waits).
-                eprintln!("fencelock: {sig} while campaigning in election {:?}; gave up", c.name);
+                errln!("fencelock: {sig} while campaigning in election {:?}; gave up", c.name);
                 return 128 + sig as u8;
             }
         };
         backoff = PACE;
         let started = Instant::now();
         let ran = lead_once(c, leadership, signals).await;
+        if let (true, Some(sig)) = (c.again, ran.signalled) {
+            errln!(
+                "fencelock: {sig} ended the term in election {:?} (exit status {}); not \
+                 campaigning again",
+                c.name,
+                ran.code
+            );
+        }
         if !c.again || ran.signalled.is_some() {
             return ran.code;
         }
-        eprintln!(
+        errln!(
             "fencelock: term over in election {:?} (exit status {}); campaigning again",
-            c.name, ran.code
+            c.name,
+            ran.code
         );
         if let Some(sig) = pause(PACE.saturating_sub(started.elapsed()), signals).await {
             return 128 + sig as u8;
@@ -317,7 +331,7 @@ async fn campaign(election: &Election, c: &Campaign) -> Result<Option<Leadership
                     Ok(Some(l)) => format!(": {} (term {})", l.value, l.term),
                     _ => String::new(),
                 };
-                eprintln!(
+                errln!(
                     "fencelock: election {:?} has another leader{leader}",
                     c.name
                 );
@@ -328,7 +342,7 @@ async fn campaign(election: &Election, c: &Campaign) -> Result<Option<Leadership
         match election.campaign_timeout(&c.value, wait).await {
             Ok(leadership) => Ok(Some(leadership)),
             Err(Error::Timeout { .. }) => {
-                eprintln!(
+                errln!(
                     "fencelock: election {:?} still has another leader after {}",
                     c.name,
                     humantime::format_duration(wait)
@@ -369,7 +383,7 @@ async fn observe(election: &Election, conn: &Connection, json: bool, signals: &m
             // Nothing followed yet: the service cannot follow at all (or refuses to).
             Err(e) if !reported => return crate::explain::report(&e, conn),
             Err(e) => {
-                eprintln!(
+                errln!(
                     "fencelock: can no longer follow election {:?}: {}",
                     election.name(),
                     crate::explain::explain(&e, conn, false)

@@ -45,9 +45,11 @@ ENVIRONMENT OF PROGRAM:
   FENCELOCK_VALUE         the value advertised (--value)
 
 EXIT STATUS:
-  PROGRAM's own status    PROGRAM ran and exited (--again: the last PROGRAM's, after a signal)
-  128+N                   PROGRAM (or, while campaigning or observing, fencelock) was killed
-                          by signal N
+  PROGRAM's own status    PROGRAM ran and exited (--again: the last PROGRAM's, when a SIGINT,
+                          SIGTERM or SIGHUP, or Ctrl-C or a hangup of the terminal, ended
+                          its term)
+  128+N                   PROGRAM (or, while campaigning, as a standby between terms, or
+                          observing, fencelock) was killed by signal N
   64                      usage error (bad flag, flag value or combination, unknown option
                           before PROGRAM)
   69                      connection or configuration error (as for `run`), or the service

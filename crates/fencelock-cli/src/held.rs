@@ -7,6 +7,10 @@
 //! should it be stopped), then SIGKILL after `--kill-grace`, and the exit status is 79, also
 //! when the loss is found only at the give-back, or when a job stopped past its lease (Ctrl-Z)
 //! is continued. SIGINT, SIGTERM and SIGHUP are passed on to the group (followed by SIGCONT).
+//! One the group got without this process (the terminal's Ctrl-C or hangup, which reach only
+//! the foreground group, PROGRAM's) comes back in the supervisor's report: [`Ran::signalled`]
+//! says the job was told to end either way. Messages after PROGRAM's start never panic on a
+//! terminal that hung up (`errln!`).
 //!
 //! [`HoldArgs`] are the flags of both commands that say how to wait for the holding and how
 //! to treat PROGRAM; [`Held`] is what both hold; [`run_held`] runs PROGRAM under it.
@@ -216,7 +220,8 @@ pub struct Ran {
     /// The exit status: PROGRAM's, 79 when the holding was lost before PROGRAM ended, 126
     /// when PROGRAM's supervisor could not start.
     pub code: u8,
-    /// The last SIGINT, SIGTERM or SIGHUP this process got (and passed on) while PROGRAM ran.
+    /// The last SIGINT, SIGTERM or SIGHUP this process got (and passed on) while PROGRAM ran,
+    /// else the one PROGRAM's group got (the terminal's Ctrl-C or hangup).
     pub signalled: Option<Signal>,
 }
 
@@ -267,7 +272,7 @@ pub async fn run_held(spec: &Spec<'_>, held: impl Held, signals: &mut Signals) -
         Ok(program) => program,
         Err(e) => {
             let _ = held.give_back().await;
-            eprintln!("fencelock: cannot start PROGRAM's supervisor: {e}");
+            errln!("fencelock: cannot start PROGRAM's supervisor: {e}");
             let code = exit::CANNOT_EXECUTE;
             return Ran { code, signalled };
         }
@@ -296,6 +301,7 @@ pub async fn run_held(spec: &Spec<'_>, held: impl Held, signals: &mut Signals) -
         }
     };
     let code = finish(spec, held, code).await;
+    let signalled = signalled.or(program.told);
     Ran { code, signalled }
 }
 
@@ -308,16 +314,17 @@ async fn finish(spec: &Spec<'_>, held: impl Held, code: u8) -> u8 {
         Ok(Released::NotHeld) => {}
         Ok(_) if !lost => return code,
         Ok(_) => {}
-        Err(e) if lost => eprintln!("fencelock: warning: release failed ({e})"),
+        Err(e) if lost => errln!("fencelock: warning: release failed ({e})"),
         Err(e) => {
-            eprintln!("fencelock: warning: release failed ({e}); the lease will expire");
+            errln!("fencelock: warning: release failed ({e}); the lease will expire");
             return code;
         }
     }
-    eprintln!(
+    errln!(
         "fencelock: {} was lost before PROGRAM ended (PROGRAM exited with {code}); \
          another {} may have run at the same time",
-        spec.what, spec.other
+        spec.what,
+        spec.other
     );
     exit::LOCK_LOST
 }
@@ -337,6 +344,10 @@ struct Program {
     /// The controlling terminal, if this process was in its foreground group at the start
     /// (the supervisor then took the foreground for PROGRAM's group).
     tty: Option<File>,
+    /// The SIGINT, SIGTERM or SIGHUP PROGRAM's group got while PROGRAM ran, as its supervisor
+    /// reported it: from this process, or from the terminal (Ctrl-C, a hangup), which sends
+    /// them to PROGRAM's group alone while it is in the foreground.
+    told: Option<Signal>,
 }
 
 impl Program {
@@ -373,6 +384,7 @@ impl Program {
             _runner_end: runner_end,
             status: File::from(status),
             tty,
+            told: None,
         })
     }
 
@@ -382,14 +394,17 @@ impl Program {
     fn ended(&mut self, status: std::io::Result<std::process::ExitStatus>) -> u8 {
         use std::os::unix::process::ExitStatusExt;
         self.take_terminal();
-        let mut reported = [0u8; 1];
-        if let Ok(1) = (&self.status).read(&mut reported) {
+        let mut reported = [0u8; 2];
+        if let Ok(n @ 1..) = (&self.status).read(&mut reported) {
+            if n == 2 {
+                self.told = Signal::try_from(i32::from(reported[1])).ok();
+            }
             return reported[0];
         }
         match status {
             Ok(status) if status.signal().is_some() => {
                 let _ = killpg(self.group, Signal::SIGKILL);
-                eprintln!(
+                errln!(
                     "fencelock: PROGRAM's supervisor was killed by signal {}; PROGRAM was killed",
                     status.signal().unwrap_or(0)
                 );
@@ -399,7 +414,7 @@ impl Program {
             Ok(status) => exit::program_status(status),
             Err(e) => {
                 let _ = killpg(self.group, Signal::SIGKILL);
-                eprintln!("fencelock: waiting for PROGRAM failed: {e}");
+                errln!("fencelock: waiting for PROGRAM failed: {e}");
                 exit::CANNOT_EXECUTE
             }
         }
@@ -441,7 +456,7 @@ fn in_foreground(tty: &File) -> bool {
 /// whole group, politely first. SIGCONT after SIGTERM: a stopped PROGRAM acts on the SIGTERM
 /// before anything else.
 async fn stop_after_loss(spec: &Spec<'_>, held: impl Held, program: &mut Program) -> u8 {
-    eprintln!(
+    errln!(
         "fencelock: {} lost ({}); stopping PROGRAM (SIGTERM, then SIGKILL after {})",
         spec.what,
         crate::explain::lost_reason(

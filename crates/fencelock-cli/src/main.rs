@@ -53,6 +53,15 @@ macro_rules! out {
     }};
 }
 
+/// `eprintln!` that does not panic when stderr cannot be written (a terminal that hung up
+/// answers EIO; `elect` and `run` still resign or release and exit after a hangup).
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod args;
 mod demo;
 mod duration;

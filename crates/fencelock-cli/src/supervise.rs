@@ -30,8 +30,16 @@
 //!   again while PROGRAM is left in the group).
 //! - **Signals to the group** (the runner's forwarding of SIGINT/SIGTERM/SIGHUP, the terminal's
 //!   Ctrl-C): the supervisor catches them and does nothing, so that it lives to report
-//!   PROGRAM's status; PROGRAM starts with their default actions (an exec resets a caught
-//!   signal; a blocked or ignored one would be inherited) and acts on them. The runner follows
+//!   PROGRAM's status; PROGRAM starts with their default actions and an empty signal mask
+//!   (`posix_spawnp` sets both; a blocked or ignored signal would otherwise be inherited) and
+//!   acts on them.
+//!   SIGINT, SIGTERM and SIGHUP are blocked in the supervisor instead, and read from a
+//!   signalfd once PROGRAM ended: one that came to the group is reported with PROGRAM's status.
+//!   On a terminal the runner is not in the foreground group while PROGRAM runs, so Ctrl-C
+//!   and a hangup reach only PROGRAM's group: this is how the runner learns that the job was
+//!   told to end (`elect --again` then ends instead of campaigning again). Blocked, not caught,
+//!   because a blocked signal is pending the moment it is sent, before PROGRAM can die of it:
+//!   no race between PROGRAM's end and the signal's report. The runner follows
 //!   a forwarded SIGTERM/SIGINT/SIGHUP with SIGCONT, as shells do for `kill %1`, so that a
 //!   stopped PROGRAM acts on it too. SIGKILL (the runner's last resort) ends both. One signal
 //!   that arrives before the supervisor catches them ends it before PROGRAM starts; the
@@ -52,8 +60,9 @@
 //!   continued the runner does not continue PROGRAM but stops it (SIGTERM, which a stopped
 //!   PROGRAM acts on before anything else when the SIGCONT that follows continues it; 79).
 //!
-//! The supervisor reports PROGRAM's status, or 128+N when PROGRAM was killed by signal N,
-//! and 126/127 when PROGRAM could not be executed / was not found.
+//! The supervisor reports two bytes: PROGRAM's status, or 128+N when PROGRAM was killed by
+//! signal N, and 126/127 when PROGRAM could not be executed / was not found; then the ending
+//! signal (SIGINT, SIGTERM or SIGHUP) the group got while PROGRAM ran, or 0.
 //!
 //! Not covered: processes PROGRAM moves out of its group (`setsid`, daemons), as with
 //! `flock(1)`.
@@ -61,11 +70,12 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::process::Command;
 
 use clap::Args;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::spawn::{posix_spawnp, PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags};
 use nix::sys::signal::{killpg, pthread_sigmask, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::stat::{fstat, SFlag};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpgid, getpgrp, getppid, tcgetpgrp, tcsetpgrp, Pid};
@@ -89,12 +99,12 @@ pub struct SuperviseArgs {
     program: Vec<String>,
 }
 
-/// The signals sent to the group that PROGRAM should act on and the supervisor must outlive,
-/// to report PROGRAM's status.
-const OUTLIVED: [i32; 10] = [
-    nix::libc::SIGINT,
-    nix::libc::SIGTERM,
-    nix::libc::SIGHUP,
+/// The signals that end a job: blocked in the supervisor and reported with PROGRAM's status.
+const ENDING: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+/// The other signals sent to the group that PROGRAM should act on and the supervisor must
+/// outlive, to report PROGRAM's status.
+const OUTLIVED: [i32; 7] = [
     nix::libc::SIGQUIT,
     nix::libc::SIGUSR1,
     nix::libc::SIGUSR2,
@@ -150,6 +160,14 @@ pub fn give_foreground(tty: &File, group: Pid) {
 /// Runs the supervisor: reports PROGRAM's exit status to the runner, then kills its own
 /// group (what PROGRAM left in it, and itself). Returns only when it cannot report.
 pub fn supervise(args: SuperviseArgs) -> u8 {
+    // First, before any thread starts: threads inherit the mask.
+    let ending = match block_ending_signals() {
+        Ok(ending) => ending,
+        Err(e) => {
+            eprintln!("fencelock: cannot handle signals: {e}");
+            return exit::CANNOT_EXECUTE;
+        }
+    };
     if let Err(e) = outlive_group_signals() {
         eprintln!("fencelock: cannot handle signals: {e}");
         return exit::CANNOT_EXECUTE;
@@ -168,33 +186,81 @@ pub fn supervise(args: SuperviseArgs) -> u8 {
     if let Some(tty) = &tty {
         give_foreground(tty, getpgrp());
     }
-    let code = match Command::new(&args.program[0])
-        .args(&args.program[1..])
-        .spawn()
-    {
+    let code = match spawn_program(&args.program) {
         Ok(child) => {
             std::thread::spawn(move || watch_runner(watch));
-            wait_for(&child, tty.as_ref())
+            wait_for(child, tty.as_ref())
         }
         Err(e) => {
             eprintln!("fencelock: cannot run {:?}: {e}", args.program[0]);
-            match e.kind() {
-                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+            match e {
+                nix::errno::Errno::ENOENT => exit::NOT_FOUND,
                 _ => exit::CANNOT_EXECUTE,
             }
         }
     };
     // The runner may be gone (then the watch thread kills the group anyway).
-    let _ = status.write_all(&[code]);
+    let _ = status.write_all(&[code, ending_signal(&ending)]);
     let _ = killpg(getpgrp(), Signal::SIGKILL);
     code
+}
+
+/// Blocks [`ENDING`] in this thread (and so in every thread started after) and opens a
+/// signalfd that reads them.
+fn block_ending_signals() -> nix::Result<SignalFd> {
+    let mut mask = SigSet::empty();
+    for sig in ENDING {
+        mask.add(sig);
+    }
+    pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)?;
+    SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+}
+
+/// Starts PROGRAM (searched in `PATH`) with this process's environment, an empty signal
+/// mask and the default action of every signal this process catches, blocks or ignores
+/// ([`ENDING`], [`OUTLIVED`], and SIGPIPE, which Rust ignores). `posix_spawnp` sets both in
+/// the child before the exec, where `std::process::Command` would leave the mask inherited.
+fn spawn_program(program: &[String]) -> nix::Result<Pid> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |bytes: &[u8]| CString::new(bytes).map_err(|_| nix::errno::Errno::EINVAL);
+    let argv = program
+        .iter()
+        .map(|a| c(a.as_bytes()))
+        .collect::<nix::Result<Vec<_>>>()?;
+    let env = std::env::vars_os()
+        .map(|(k, v)| c(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
+        .collect::<nix::Result<Vec<_>>>()?;
+    let mut defaults = SigSet::empty();
+    let raw = ENDING.iter().map(|s| *s as i32);
+    for sig in raw.chain(OUTLIVED).chain([nix::libc::SIGPIPE]) {
+        if let Ok(sig) = Signal::try_from(sig) {
+            defaults.add(sig);
+        }
+    }
+    let mut attr = PosixSpawnAttr::init()?;
+    attr.set_sigmask(&SigSet::empty())?;
+    attr.set_sigdefault(&defaults)?;
+    attr.set_flags(
+        PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF,
+    )?;
+    let actions = PosixSpawnFileActions::init()?;
+    posix_spawnp(&argv[0], &actions, &attr, &argv, &env)
+}
+
+/// The last of [`ENDING`] the group got (pending, read from `ending`), or 0.
+fn ending_signal(ending: &SignalFd) -> u8 {
+    let mut last = 0;
+    while let Ok(Some(info)) = ending.read_signal() {
+        last = u8::try_from(info.ssi_signo).unwrap_or(0);
+    }
+    last
 }
 
 /// Waits for PROGRAM to end; returns its exit status. On a terminal, PROGRAM stopped by
 /// Ctrl-Z stops the runner's job too, so that the shell gets the terminal back (`fg`
 /// continues the runner, which continues PROGRAM's group).
-fn wait_for(child: &std::process::Child, tty: Option<&File>) -> u8 {
-    let pid = Pid::from_raw(child.id() as i32);
+fn wait_for(pid: Pid, tty: Option<&File>) -> u8 {
     loop {
         match waitpid(pid, Some(WaitPidFlag::WUNTRACED)) {
             Ok(WaitStatus::Exited(_, code)) => return code as u8,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin};
+use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// PROGRAM of a participant: says it leads (term, its pid and value), then waits for a line on
@@ -592,6 +592,12 @@ async fn help_names_the_environment_and_the_exit_codes() {
     .await
     .unwrap();
     let help = text(&out).0;
+    // What a SIGTERM'd standby exits with (a_waiting_standby_ends_on_sigterm_…: 143).
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("standby then exits at once with 128+N"),
+        "{help}"
+    );
     for word in [
         "FENCELOCK_TOKEN",
         "FENCELOCK_TERM",
@@ -602,4 +608,138 @@ async fn help_names_the_environment_and_the_exit_codes() {
     ] {
         assert!(help.contains(word), "{word}: {help}");
     }
+}
+
+/// Whether election `name` has no leader now (a participant that resigned is gone at once; one
+/// that died without resigning leads until its lease ends, 30 s in these tests).
+async fn nobody_leads(server: &Server, name: &str) -> bool {
+    let client = fencelock::Client::connect(&server.url()).await.unwrap();
+    let leader = client.election(name).leader().await.unwrap();
+    client.close().await.unwrap();
+    leader.is_none()
+}
+
+/// Issue 33, point 5: Ctrl-C on the terminal ends `elect --again`. PROGRAM's group is the
+/// terminal's foreground group, so only PROGRAM gets the SIGINT; its supervisor reports it, and
+/// the job ends (130) with the leadership resigned instead of campaigning again.
+async fn ctrl_c_ends_elect_again_on_a_terminal(kind: Kind) {
+    let server = Server::start(kind).await;
+    let (seen, code) = on_a_terminal(
+        &server,
+        "ready",
+        "\x03",
+        "not campaigning again",
+        &[
+            "elect",
+            "--again",
+            "--lease",
+            "30s",
+            "tty-e",
+            "--shell",
+            "echo ready; exec sleep 100",
+        ],
+    )
+    .await;
+    assert_eq!(code, 130, "{seen}");
+    assert_eq!(seen.matches("ready").count(), 1, "{seen}");
+    assert!(nobody_leads(&server, "tty-e").await, "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_ends_elect_again_on_a_terminal_redis() {
+    ctrl_c_ends_elect_again_on_a_terminal(Kind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_ends_elect_again_on_a_terminal_zookeeper() {
+    ctrl_c_ends_elect_again_on_a_terminal(Kind::ZooKeeper).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_ends_elect_again_on_a_terminal_etcd() {
+    ctrl_c_ends_elect_again_on_a_terminal(Kind::Etcd).await;
+}
+
+/// A terminal session that ends under a shell, as script(1)'s does when its terminal closes:
+/// the pty's child is `sh -c 'ARGS... 2>LOG; echo after'` (a shell that waits for fencelock,
+/// in its own group, as a non-interactive shell runs commands; stderr to a file, so that
+/// fencelock's messages reach the test, and no write to the closed terminal ends it). Once `ready` is seen, the driver
+/// closes the terminal and exits: the shell gets SIGHUP and dies, and the kernel sends SIGHUP
+/// to the terminal's foreground group, PROGRAM's, alone.
+const HANGUP_DRIVER: &str = r#"
+import os, pty, shlex, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    line = " ".join(shlex.quote(a) for a in sys.argv[2:])
+    line += " 2>" + shlex.quote(sys.argv[1]) + "; echo after"
+    os.execv("/bin/sh", ["sh", "-c", line])
+seen = b""
+deadline = time.time() + 30
+while b"ready" not in seen:
+    if time.time() > deadline:
+        sys.exit("timed out waiting for ready; saw %r" % seen)
+    seen += os.read(fd, 1024)
+os.close(fd)
+print(seen.decode(errors="replace"), flush=True)
+"#;
+
+/// Kills a process by PID when dropped (a runner the test found still running).
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), Signal::SIGKILL);
+    }
+}
+
+/// Issue 33, point 5: when the terminal closes (script(1)'s session ends), `elect --again`
+/// does not keep running and leading: the hangup that reaches PROGRAM's group ends the job,
+/// and the leadership is resigned (free at once, not a 30 s lease later).
+async fn a_hangup_ends_elect_again(kind: Kind) {
+    let server = Server::start(kind).await;
+    let dir = tempfile::tempdir().unwrap();
+    let driver = dir.path().join("hangup.py");
+    std::fs::write(&driver, HANGUP_DRIVER).unwrap();
+    // PROGRAM's parent is its supervisor, whose parent is the runner.
+    let file = dir.path().join("runner");
+    let body = format!(
+        "read -r _ _ _ runner _ < /proc/$PPID/stat; echo $runner > {}; echo ready; \
+         exec sleep 100",
+        file.display()
+    );
+    let log = dir.path().join("stderr");
+    let out = Command::new("python3")
+        .arg(&driver)
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_fencelock"))
+        .args([
+            "elect", "--again", "--lease", "30s", "hup-e", "--shell", &body,
+        ])
+        .env("FENCELOCK_URL", server.url())
+        .kill_on_drop(true)
+        .output();
+    let out = within(40, "the terminal session", out).await.unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    let runner: i32 = wait_for_file(&file).await.trim().parse().unwrap();
+    let _cleanup = KillOnDrop(runner);
+    let took = all_gone(&[runner], Duration::from_secs(10)).await;
+    println!("{kind:?}: the runner ended {took:?} after the terminal closed");
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(err.contains("SIGHUP ended the term"), "{err}");
+    assert!(nobody_leads(&server, "hup-e").await, "still led: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hangup_ends_elect_again_redis() {
+    a_hangup_ends_elect_again(Kind::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hangup_ends_elect_again_zookeeper() {
+    a_hangup_ends_elect_again(Kind::ZooKeeper).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hangup_ends_elect_again_etcd() {
+    a_hangup_ends_elect_again(Kind::Etcd).await;
 }

@@ -70,7 +70,8 @@
 //!
 //! [`PostgresServer`] runs Debian's PostgreSQL (`apt-get install postgresql`) in a temporary
 //! folder on a free loopback port (as the `postgres` user when the kit runs as root), for the
-//! fenced-SQL example and tests.
+//! fenced-SQL example and tests. [`PgBouncer`] (`apt-get install pgbouncer`) runs in front
+//! of one on a free loopback port, in transaction pooling and otherwise default settings.
 //!
 //! # Network faults
 //!
@@ -153,6 +154,7 @@
 mod curator;
 pub mod etcd;
 mod netns;
+mod pgbouncer;
 mod postgres;
 mod proxy;
 mod redis;
@@ -163,6 +165,7 @@ pub mod zookeeper;
 pub use curator::{curator_bench, CuratorLatch, CuratorLock, CuratorLockBuilder};
 pub use etcd::{etcdctl, EtcdCluster, EtcdServer, EtcdctlElect, EtcdctlLock};
 pub use netns::{cap_net_admin, Namespace, NetnsError, PrivateNet};
+pub use pgbouncer::PgBouncer;
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use redis::{Persistence, RedisServer, RedisServerBuilder};

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::{free_port, signal, TestkitError};
+use crate::{free_port, TestkitError};
 
 const MISSING: TestkitError = TestkitError::Missing {
     program: "postgres",
@@ -92,60 +92,81 @@ impl PostgresServer {
     }
 
     fn await_ready(&mut self, bin: &Path) -> Result<(), TestkitError> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let ready = Command::new(bin.join("pg_isready"))
-                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
-                .status()
-                .is_ok_and(|s| s.success());
-            if ready {
-                return Ok(());
-            }
-            let exited = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten());
-            if exited.is_some() || Instant::now() > deadline {
-                return Err(TestkitError::Start {
-                    detail: format!(
-                        "postgres did not accept connections:\n{}",
-                        self.log_tail(40)
-                    ),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let log = self.dir.path().join("postgres.log");
+        await_ready("postgres", Some(bin), self.port, &mut self.child, &log)
     }
 
     fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // Immediate shutdown (SIGQUIT): nothing here needs to survive.
-            signal(Some(child.id()), Signal::SIGQUIT);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        // Immediate shutdown (SIGQUIT): nothing here needs to survive.
+        stop(&mut self.child, Signal::SIGQUIT);
+    }
+}
+
+/// Waits until `pg_isready` (from `bin`, else a TCP connect) answers on `port`, at most 30 s,
+/// while `child` runs; the error carries the tail of `log`.
+pub(crate) fn await_ready(
+    what: &str,
+    bin: Option<&Path>,
+    port: u16,
+    child: &mut Option<Child>,
+    log: &Path,
+) -> Result<(), TestkitError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // The startup packet goes through a proxy to the server behind it.
+        let ready = match bin {
+            Some(bin) => Command::new(bin.join("pg_isready"))
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-q"])
+                .args(["-U", "postgres", "-d", "postgres"])
+                .status()
+                .is_ok_and(|s| s.success()),
+            None => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        };
+        if ready {
+            return Ok(());
         }
+        let exited = child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+        if exited.is_some() || Instant::now() > deadline {
+            return Err(TestkitError::Start {
+                detail: format!(
+                    "{what} did not accept connections:\n{}",
+                    crate::tail(log, 40)
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stops `child` by its PID with `signal`, then kills it after 10 s.
+pub(crate) fn stop(child: &mut Option<Child>, signal: Signal) {
+    if let Some(mut child) = child.take() {
+        crate::signal(Some(child.id()), signal);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// Prints `what`'s log when its handle drops during a panic (a failing test).
+pub(crate) fn print_log_if_panicking(what: &str, port: u16, log: &str) {
+    if std::thread::panicking() {
+        eprintln!("---- {what} on port {port} log ----\n{log}\n---- end of log ----");
     }
 }
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
         self.stop();
-        if std::thread::panicking() {
-            eprintln!(
-                "---- postgres on port {} log ----\n{}\n---- end of log ----",
-                self.port,
-                self.log_tail(100)
-            );
-        }
+        print_log_if_panicking("postgres", self.port, &self.log_tail(100));
     }
 }
 
 /// `FENCELOCK_PG_BIN`, else the newest `/usr/lib/postgresql/<version>/bin` with `initdb`.
-fn bin_dir() -> Option<PathBuf> {
+pub(crate) fn bin_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("FENCELOCK_PG_BIN") {
         return Some(PathBuf::from(dir));
     }
@@ -163,7 +184,7 @@ fn bin_dir() -> Option<PathBuf> {
 }
 
 /// Gives the folder to the `postgres` user (root may not run `initdb`).
-fn hand_to_postgres(dir: &Path) -> Result<(), TestkitError> {
+pub(crate) fn hand_to_postgres(dir: &Path) -> Result<(), TestkitError> {
     let user = nix::unistd::User::from_name("postgres")
         .ok()
         .flatten()
@@ -173,7 +194,7 @@ fn hand_to_postgres(dir: &Path) -> Result<(), TestkitError> {
 }
 
 /// `program`, run as `postgres` through `setpriv` (which execs) when the kit is root.
-fn user_command(as_postgres: bool, program: &Path) -> Command {
+pub(crate) fn user_command(as_postgres: bool, program: &Path) -> Command {
     if !as_postgres {
         return Command::new(program);
     }

@@ -27,6 +27,7 @@ struct Shared {
     stopping: AtomicBool,
     refusing: AtomicBool,
     accepted: AtomicU64,
+    refused: AtomicU64,
     swallowed: AtomicU64,
     to_server: Arc<AtomicU64>,
     /// The delay of every chunk forwarded from now on, either way (µs).
@@ -126,6 +127,12 @@ impl TcpProxy {
         self.shared.accepted.load(Ordering::SeqCst)
     }
 
+    /// How many connections the proxy has closed unforwarded so far, while
+    /// [`refuse_new`](Self::refuse_new) was set.
+    pub fn refused(&self) -> u64 {
+        self.shared.refused.load(Ordering::SeqCst)
+    }
+
     /// How many bytes from the server the proxy has dropped so far.
     pub fn swallowed(&self) -> u64 {
         self.shared.swallowed.load(Ordering::SeqCst)
@@ -188,6 +195,7 @@ fn accept_loop(listener: &TcpListener, upstream: SocketAddr, shared: &Arc<Shared
         let Ok(client) = client else { continue };
         if shared.refusing.load(Ordering::SeqCst) {
             let _ = client.shutdown(Shutdown::Both);
+            shared.refused.fetch_add(1, Ordering::SeqCst);
             continue;
         }
         let id = shared.accepted.fetch_add(1, Ordering::SeqCst);

@@ -137,6 +137,25 @@ impl ZooKeeperServerBuilder {
         }
         Err(TestkitError::Start { detail: last })
     }
+
+    /// Starts a standalone server and returns as soon as it answers `ruok` (at most 30 s),
+    /// not waiting until it serves: what a script that waits for `imok` gets. The server
+    /// accepts connections then, but may still close new sessions for a moment while it
+    /// loads its data and starts.
+    pub fn start_accepting(self) -> Result<ZooKeeperServer, TestkitError> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let mut server = ZooKeeperServer::new(self.clone(), free_port()?, None)?;
+            match server
+                .launch()
+                .and_then(|()| server.await_answer("ruok", |a| a == "imok"))
+            {
+                Ok(()) => return Ok(server),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(TestkitError::Start { detail: last })
+    }
 }
 
 /// A running ZooKeeper server owned by this handle: standalone, or a member of a
@@ -293,13 +312,19 @@ impl ZooKeeperServer {
     /// Waits until the server answers `srvr` with a mode (a member does so only once it is
     /// in a quorum), at most [`START_TIMEOUT`]; kills it on failure.
     fn await_serving(&mut self) -> Result<(), TestkitError> {
+        self.await_answer("srvr", |a| mode_of(a).is_some())
+    }
+
+    /// Waits until the server's answer to `word` passes `good`, at most [`START_TIMEOUT`];
+    /// kills it on failure.
+    fn await_answer(&mut self, word: &str, good: fn(&str) -> bool) -> Result<(), TestkitError> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             // A word that arrives while the server loads its data is answered "not serving",
             // but the server fails to close that connection (a NullPointerException in 3.8.0):
             // give up on it soon and ask again.
-            let answer = four_letter_at(self.addr(), "srvr", Duration::from_millis(500));
-            if answer.ok().as_deref().and_then(mode_of).is_some() {
+            let answer = four_letter_at(self.addr(), word, Duration::from_millis(500));
+            if answer.is_ok_and(|a| good(&a)) {
                 return Ok(());
             }
             if let Some(child) = self.child.as_mut() {

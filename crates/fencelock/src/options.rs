@@ -130,7 +130,8 @@ impl ClientOptions {
         self
     }
 
-    /// How long one connection attempt may take. Default 2 s.
+    /// How long one connection attempt may take. Default 2 s. ZooKeeper: a server that
+    /// closes new sessions (one still starting) is tried again until this has passed.
     ///
     /// Above zero and at most [`MAX_TIMEOUT`]: a longer one (`Duration::MAX` included) is not
     /// read as "no timeout" but rejected when the client connects, with

@@ -27,14 +27,19 @@ use crate::watchdog::{BoxFuture, Renewals, Watchdog};
 pub(crate) mod current;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
-#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+#[cfg(any(feature = "zookeeper", feature = "etcd", feature = "postgres"))]
+#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
 pub(crate) mod holdings;
+#[cfg(feature = "postgres")]
+#[allow(dead_code)] // Its tests use it; its driver is written on the shared recipe layer.
+pub(crate) mod postgres;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod queue;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 pub(crate) mod registry;
-#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+#[cfg(any(feature = "zookeeper", feature = "etcd", feature = "postgres"))]
+#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
 pub(crate) mod session_holds;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod session_service;

@@ -24,6 +24,11 @@ use crate::options::ClientOptions;
 /// How many probes per session timeout.
 const PROBES_PER_TIMEOUT: u32 = 4;
 
+/// The pause before the second try to open a session that no host kept (see `open`); each
+/// later pause doubles, up to `LAST_PAUSE`.
+const FIRST_PAUSE: Duration = Duration::from_millis(10);
+const LAST_PAUSE: Duration = Duration::from_millis(200);
+
 /// One ZooKeeper session and what the client knows of its liveness.
 pub(crate) struct Session {
     pub(crate) zk: zk::Client,
@@ -47,21 +52,7 @@ impl Session {
         options: &ClientOptions,
     ) -> Result<(Arc<Self>, Vec<Warning>), Error> {
         let asked = options.default_lease;
-        let connector = zk::Client::connector()
-            .with_session_timeout(asked)
-            .with_fail_eagerly();
-        let unavailable = |detail: String| Error::Unavailable {
-            lock: None,
-            server: hosts.to_owned(),
-            detail,
-        };
-        let sent = Instant::now();
-        let zk = match tokio::time::timeout(options.request_bound(), connector.connect(hosts)).await
-        {
-            Ok(Ok(zk)) => zk,
-            Ok(Err(e)) => return Err(unavailable(format!("cannot open a session: {e}"))),
-            Err(_) => return Err(unavailable("no session within the request bound".into())),
-        };
+        let (zk, sent) = open(hosts, options).await?;
         let timeout = zk.session_timeout();
         let mut warnings = Vec::new();
         tracing::debug!(session = %zk.session_id(), ?asked, negotiated = ?timeout, "ZooKeeper session");
@@ -183,6 +174,49 @@ impl Session {
             }
         }
     }
+}
+
+/// Opens a session on one of `hosts`. A server closes new sessions while it starts (it
+/// answers `ruok` and accepts connections before it serves), and so does an ensemble member
+/// while it joins a quorum: the client then finds no host that keeps a session (`NoHosts`),
+/// and tries again, pausing a little longer each time, until `connect_timeout` has passed,
+/// as Curator does within its connection timeout. Only then is no host an error. The whole
+/// open, the last try included, is bounded by the request bound. Returns the client and when
+/// the try that opened its session started (the session was heard from after it).
+async fn open(hosts: &str, options: &ClientOptions) -> Result<(zk::Client, Instant), Error> {
+    let connector = zk::Client::connector()
+        .with_session_timeout(options.default_lease)
+        .with_fail_eagerly();
+    let unavailable = |detail: String| Error::Unavailable {
+        lock: None,
+        server: hosts.to_owned(),
+        detail,
+    };
+    let started = Instant::now();
+    let (deadline, bound) = (
+        started + options.connect_timeout,
+        started + options.request_bound(),
+    );
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let sent = Instant::now();
+        match tokio::time::timeout_at(bound, connector.clone().connect(hosts)).await {
+            Ok(Ok(zk)) => return Ok((zk, sent)),
+            Ok(Err(e)) if closed_or_refused(&e) && Instant::now() < deadline => {
+                tracing::debug!(%e, ?pause, "no ZooKeeper host kept a new session; trying again");
+                tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
+                pause = (pause * 2).min(LAST_PAUSE);
+            }
+            Ok(Err(e)) => return Err(unavailable(format!("cannot open a session: {e}"))),
+            Err(_) => return Err(unavailable("no session within the request bound".into())),
+        }
+    }
+}
+
+/// Whether a session could not be opened because every host refused the connection or
+/// closed it before the session was made: a server not (yet) serving, worth trying again.
+fn closed_or_refused(e: &zk::Error) -> bool {
+    matches!(e, zk::Error::NoHosts | zk::Error::ConnectionLoss)
 }
 
 /// Whether the server answered (a reply, or an error the server sent about the request).
