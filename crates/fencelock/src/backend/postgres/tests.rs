@@ -223,3 +223,35 @@ async fn a_stopped_session_deletes_its_lease() {
     assert!(session.stop().is_none());
     assert_eq!(expires_ms(&look, session.lease).await, None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_backends_are_replaced_and_waiters_look_again() {
+    let (server, _) = servers(false);
+    let session = open(&server.url(), Duration::from_millis(900)).await;
+    let listening = until(Duration::from_secs(10), async || session.wakes.listening()).await;
+    assert!(listening);
+    let mut wake = session.wakes.subscribe("orders");
+    let look = psql(&server.url()).await;
+    let killed: i64 = look
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = 'fencelock'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 2, "the link and the listener");
+    // The listener's loss wakes every waiter (notifications may have been missed) ...
+    let woken = tokio::time::timeout(Duration::from_secs(2), wake.next());
+    assert!(woken.await.is_ok());
+    // ... it listens again once its probe came back, and the lease is still renewed.
+    let listening = until(Duration::from_secs(10), async || session.wakes.listening()).await;
+    assert!(listening, "the listener did not come back");
+    let before = expires_ms(&look, session.lease).await.unwrap();
+    let renewed = until(Duration::from_secs(10), async || {
+        expires_ms(&look, session.lease).await.unwrap() > before
+    })
+    .await;
+    assert!(renewed && !session.holds.ended.is_cancelled());
+}
