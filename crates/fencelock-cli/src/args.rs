@@ -15,7 +15,7 @@ use crate::services::DEFAULT_URL;
 #[derive(Args, Clone)]
 pub struct Connection {
     // Help text from the library's registry of services (`url_help`).
-    #[arg(long, value_name = "URL", help = "Where the locks live [env: FENCELOCK_URL]", long_help = crate::services::url_help())]
+    #[arg(long, value_name = "URL", help = "The service's URL [env: FENCELOCK_URL]", long_help = crate::services::url_help())]
     url: Vec<String>,
     /// Server password (overrides one in the URL; never printed) [env: FENCELOCK_PASSWORD].
     #[arg(long)]

@@ -27,15 +27,21 @@ use crate::{exit, init_logging, Connection};
 #[command(
     override_usage = "fencelock elect [OPTIONS] NAME [--] PROGRAM [ARGS]...\n       \
                       fencelock elect [OPTIONS] NAME --again [--] PROGRAM [ARGS]...\n       \
-                      fencelock elect [OPTIONS] NAME --observe [--json]"
+                      fencelock elect [OPTIONS] NAME --observe [--json]",
+    // HoldArgs speak of a lock (`run`'s words); an election is led.
+    mut_arg("wait", |a| a.help("Wait at most this long to lead, up to 7d (default: forever)")),
+    mut_arg("no_wait", |a| a.help("Fail at once if someone else leads (flock's -n)")),
+    mut_arg("conflict_exit_code", |a| a.help("Exit status when someone else leads or the wait timed out")),
+    mut_arg("lease", |a| a.help("The leadership's lease (10ms to 7d); renewed every lease/3 while PROGRAM runs")),
+    mut_arg("kill_grace", |a| a.help("When the leadership is lost, how long PROGRAM gets between SIGTERM and SIGKILL (up to 7d)")),
 )]
 pub struct ElectArgs {
     #[command(flatten)]
     conn: Connection,
     #[command(flatten)]
     hold: HoldArgs,
-    /// The value this participant advertises while it leads (at most 4096 bytes; default:
-    /// HOST:PID of this process). PROGRAM gets it in FENCELOCK_VALUE.
+    /// The value this participant advertises while it leads: one line of text, at most 4096
+    /// bytes (default: HOST:PID of this process). PROGRAM gets it in FENCELOCK_VALUE.
     #[arg(long, value_name = "TEXT")]
     value: Option<String>,
     /// Campaign anew after PROGRAM exits or the leadership is lost, until SIGINT, SIGTERM or
@@ -160,6 +166,12 @@ impl ElectArgs {
         let value = self
             .value
             .unwrap_or_else(|| format!("{}:{}", crate::owner::host_name(), std::process::id()));
+        if value.contains(char::is_control) {
+            return Err(format!(
+                "--value {value:?} has a control character (a newline, a tab): an election's \
+                 value is one line of text, as `--observe` prints one line per change"
+            ));
+        }
         if value.len() > fencelock::MAX_VALUE_LEN {
             return Err(format!(
                 "--value is {} bytes long; an election value is at most {} bytes",
@@ -394,6 +406,23 @@ async fn observe(election: &Election, conn: &Connection, json: bool, signals: &m
     }
 }
 
+/// `value` on one line: a value with control characters has them escaped as Rust escapes them
+/// (`\n`, `\u{1b}`) and its backslashes doubled, so that it reads back unambiguously; any
+/// other value is printed as it is.
+fn one_line(value: &str) -> String {
+    if !value.contains(char::is_control) {
+        return value.to_string();
+    }
+    value
+        .chars()
+        .map(|c| match c {
+            '\\' => "\\\\".to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 /// One line for `leader` (observed now), flushed.
 fn print_leader(leader: Option<&Leader>, json: bool) -> std::io::Result<()> {
     let since = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
@@ -404,7 +433,12 @@ fn print_leader(leader: Option<&Leader>, json: bool) -> std::io::Result<()> {
             "since": since,
         })
         .to_string(),
-        (false, Some(l)) => format!("leader: {}, term {}, since {since}", l.value, l.term),
+        // A value another client set may hold a newline: escaped, to keep one line a change.
+        (false, Some(l)) => format!(
+            "leader: {}, term {}, since {since}",
+            one_line(&l.value),
+            l.term
+        ),
         (false, None) => format!("leader: none, since {since}"),
     };
     let mut out = std::io::stdout().lock();

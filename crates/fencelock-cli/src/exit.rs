@@ -61,6 +61,27 @@ EXIT STATUS:
   79                      the leadership was lost before PROGRAM ended; PROGRAM was stopped
   126 / 127               PROGRAM could not be executed / was not found";
 
+/// The table printed by `fencelock demo --help`.
+pub const DEMO_TABLE: &str = "\
+EXIT STATUS:
+  0                       every scene ran and showed no violation
+  1                       a violation, or a scene could not be carried out (or Ctrl-C)
+  64                      usage error (bad flag or flag value)
+  69                      the throwaway servers could not start (is redis-server installed?
+                          zookeeper, etcd for --backend)
+  126                     fencelock could not find its own executable to start the workers";
+
+/// The table printed by `fencelock verify --help`.
+pub const VERIFY_TABLE: &str = "\
+EXIT STATUS:
+  0                       every safety check passed, and at least one fault took effect
+  1                       safety violations, or a run that could not be carried out (or
+                          Ctrl-C)
+  2                       inconclusive: no fault happened (all skipped or none took effect)
+  64                      usage error (bad flag, flag value or combination)
+  69                      the servers cannot start, or --url cannot be reached
+  126                     fencelock could not find its own executable to start the clients";
+
 /// The exit status that stands for a program's: its own code, or 128+N when signal N killed
 /// it (as shells report it).
 pub fn program_status(status: std::process::ExitStatus) -> u8 {

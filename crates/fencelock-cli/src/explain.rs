@@ -2,7 +2,7 @@
 //! point 10). The library's own text names its options and transports; a user of the
 //! command knows flags, environment variables and URLs.
 
-use fencelock::{Error, InputError};
+use fencelock::{Error, InputError, LostReason};
 
 use crate::args::Connection;
 use crate::exit;
@@ -77,11 +77,25 @@ pub fn explain(e: &Error, conn: &Connection, connecting: bool) -> String {
             "server {server} refused access ({detail}): check the password (--password or \
              FENCELOCK_PASSWORD) and the user's permissions on the lock's keys"
         ),
+        // Once connected, the server answered as the service does: a reset or a closed stream
+        // means it went away, not that it is another kind of server.
         Error::Unavailable { server, .. }
         | Error::Protocol { server, .. }
         | Error::Server { server, .. }
-            if is_not_this_service(&text)
-                || (connecting && !is_refused(&text) && !has(&["request bound"])) =>
+            if !connecting && is_cut(&text) =>
+        {
+            tracing::debug!(error = %e, "the server went away");
+            format!(
+                "the connection to server {server} was cut: has the {service} server stopped, \
+                 or is it unreachable? (-v shows the transport's own words)"
+            )
+        }
+        Error::Unavailable { server, .. }
+        | Error::Protocol { server, .. }
+        | Error::Server { server, .. }
+            if is_other_protocol(&text)
+                || (connecting
+                    && (is_cut(&text) || (!is_refused(&text) && !has(&["request bound"])))) =>
         {
             format!(
                 "the server at {server} does not answer as {} server does: is it another \
@@ -133,18 +147,27 @@ fn family(e: &Error, text: &str) -> Option<String> {
 }
 
 /// Whether a transport's message says the peer speaks another protocol.
-fn is_not_this_service(text: &str) -> bool {
+fn is_other_protocol(text: &str) -> bool {
     [
         "Parse error",
         "parse error",
         "Unexpected `",
         "h2 protocol error",
         "http2 error",
-        "GoAway",
         "invalid HTTP",
         "protocol error",
-        // Another kind of server that hangs up at the first request (etcd's HTTP/2 does).
+    ]
+    .iter()
+    .any(|w| text.contains(w))
+}
+
+/// Whether a transport's message says the peer hung up: at connect, another kind of server
+/// that hangs up at the first request (etcd's HTTP/2 does); later, a server that went away.
+fn is_cut(text: &str) -> bool {
+    [
+        "GoAway",
         "Connection reset by peer",
+        "ConnectionReset",
         "os error 104",
         "broken pipe",
         "Broken pipe",
@@ -165,17 +188,101 @@ fn is_refused(text: &str) -> bool {
     .any(|w| text.contains(w))
 }
 
-/// Why a lock was lost, in the words of the service it was on (the library's text for a
-/// passed deadline covers sessions too, which a Redis lock does not have).
-pub fn lost_reason(reason: Option<&str>, conn: &Connection) -> String {
+/// Why a holding was lost, in the words of the service it was on: Redis keeps a key with a
+/// lease, ZooKeeper a node in a session, etcd a key under a lease. Without parentheses, since
+/// the message around it has its own.
+pub fn lost_reason(reason: Option<LostReason>, conn: &Connection) -> String {
     let urls = conn.urls();
     let service = crate::services::service(urls.first().map_or("", String::as_str));
+    let (entry, session) = match service {
+        "ZooKeeper" => ("node", "ZooKeeper session"),
+        "etcd" => ("key", "etcd lease"),
+        _ => ("key", "lease"),
+    };
     match reason {
-        Some(r) if r.starts_with("the deadline passed") && service == "Redis" => {
+        Some(LostReason::Deadline) if session == "lease" => {
             "the lease ran out without a successful renewal: the server was not heard from"
                 .to_string()
         }
-        Some(r) => r.to_string(),
+        Some(LostReason::Deadline) => {
+            format!("the client's {session} ran out: the server was not heard from in time")
+        }
+        Some(LostReason::Session) => {
+            format!("the client's {session} expired, was closed or was revoked")
+        }
+        Some(LostReason::Deleted) => {
+            format!("its {entry} was deleted by another client, a forced unlock")
+        }
+        Some(reason) => reason.to_string(),
         None => "the lease ran out".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        conn: Connection,
+    }
+
+    fn conn(url: &str) -> Connection {
+        Args::parse_from(["test", "--url", url]).conn
+    }
+
+    /// Issue 33, found 5: an etcd observer whose server went away (a reset connection, once
+    /// connected) is not asked whether it talks to another kind of server.
+    #[test]
+    fn a_server_that_went_away_is_not_another_kind_of_server() {
+        let conn = conn("etcd://127.0.0.1:2379");
+        for detail in [
+            "etcd: grpc request error: transport error: Connection reset by peer (os error 104)",
+            "etcd: h2 protocol error: stream closed because of a broken pipe",
+        ] {
+            let e = Error::Unavailable {
+                lock: Some("e".into()),
+                server: "127.0.0.1:2379".into(),
+                detail: detail.into(),
+            };
+            let later = explain(&e, &conn, false);
+            assert!(!later.contains("another kind of server"), "{later}");
+            assert!(
+                later.contains("connection to server 127.0.0.1:2379 was cut"),
+                "{later}"
+            );
+            // At connect, the same words may well mean another kind of server.
+            assert!(explain(&e, &conn, true).contains("another kind of server"));
+        }
+    }
+
+    /// Issue 33, found 5: loss reasons in each service's words, without parentheses.
+    #[test]
+    fn loss_reasons_speak_of_each_services_own_entry() {
+        let all = [
+            LostReason::Deadline,
+            LostReason::Renewal,
+            LostReason::Session,
+            LostReason::Deleted,
+        ];
+        for (url, entry) in [
+            ("redis://127.0.0.1:6379", "key"),
+            ("zk://127.0.0.1:2181", "node"),
+            ("etcd://127.0.0.1:2379", "key"),
+        ] {
+            let conn = conn(url);
+            for reason in all {
+                let text = lost_reason(Some(reason), &conn);
+                assert!(!text.contains(['(', ')']), "{url}: {text}");
+                assert!(!text.contains("node or key"), "{url}: {text}");
+            }
+            let deleted = lost_reason(Some(LostReason::Deleted), &conn);
+            assert!(
+                deleted.contains(&format!("its {entry} was deleted")),
+                "{deleted}"
+            );
+        }
     }
 }

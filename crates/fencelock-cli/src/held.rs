@@ -34,20 +34,20 @@ use crate::{exit, parse_duration, supervise, Connection};
 /// The flags `run` and `elect` share: how long to wait, the lease, and PROGRAM's treatment.
 #[derive(Args, Debug)]
 pub struct HoldArgs {
-    /// Wait at most this long for the lock (elect: to lead), up to 7d (default: forever).
+    /// Wait at most this long for the lock, up to 7d (default: forever).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
     pub wait: Option<Duration>,
     /// Wait at most SECONDS (flock's -w; fractions allowed).
     #[arg(short = 'w', value_name = "SECONDS", value_parser = parse_seconds,
           conflicts_with_all = ["no_wait", "wait"])]
     pub wait_seconds: Option<Duration>,
-    /// Fail at once if the lock is held (elect: someone else leads) (flock's -n).
+    /// Fail at once if the lock is held (flock's -n).
     #[arg(long, short = 'n')]
     pub no_wait: bool,
     /// The lease (10ms to 7d); renewed every lease/3 while PROGRAM runs.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
     pub lease: Duration,
-    /// Exit status when the lock is held (elect: someone else leads) or the wait timed out.
+    /// Exit status when the lock is held or the wait timed out.
     #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
     pub conflict_exit_code: u8,
     /// On a loss, how long PROGRAM gets between SIGTERM and SIGKILL (up to 7d).
@@ -314,9 +314,9 @@ async fn finish(spec: &Spec<'_>, held: impl Held, code: u8) -> u8 {
         Ok(Released::NotHeld) => {}
         Ok(_) if !lost => return code,
         Ok(_) => {}
-        Err(e) if lost => errln!("fencelock: warning: release failed ({e})"),
+        Err(e) if lost => errln!("fencelock: warning: release failed: {e}"),
         Err(e) => {
-            errln!("fencelock: warning: release failed ({e}); the lease will expire");
+            errln!("fencelock: warning: release failed: {e}; the lease will expire");
             return code;
         }
     }
@@ -457,12 +457,9 @@ fn in_foreground(tty: &File) -> bool {
 /// before anything else.
 async fn stop_after_loss(spec: &Spec<'_>, held: impl Held, program: &mut Program) -> u8 {
     errln!(
-        "fencelock: {} lost ({}); stopping PROGRAM (SIGTERM, then SIGKILL after {})",
+        "fencelock: {} lost: {}; stopping PROGRAM (SIGTERM, then SIGKILL after {})",
         spec.what,
-        crate::explain::lost_reason(
-            held.lost_reason().map(|r| r.to_string()).as_deref(),
-            spec.conn,
-        ),
+        crate::explain::lost_reason(held.lost_reason(), spec.conn),
         humantime::format_duration(spec.kill_grace)
     );
     let _ = killpg(program.group, Signal::SIGTERM);

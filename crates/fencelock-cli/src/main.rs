@@ -16,6 +16,8 @@
 //! - `args.rs`: `--url`/`FENCELOCK_URL`, `--password`, NAME or `--key`. `owner.rs`: the owner id
 //!   `run` makes, `<client id>:<host>/<pid>/<program>/<since>`, read back by `status` (the
 //!   client id first, so that a Redis forced unlock reaches the holder's client).
+//! - `usage.rs`: clap's "unexpected argument" reworded where the user meant a negative value
+//!   or another command's flag (`run --permits -1`, `elect -s`).
 //! - `explain.rs`: library errors and warnings in the CLI's words, with their exit codes
 //!   (`exit.rs`). `services.rs`: service names, which service a URL names, `--url`'s help and
 //!   hints, from the library's registry (`fencelock::services()`).
@@ -77,6 +79,7 @@ mod show;
 mod status;
 mod supervise;
 mod ui;
+mod usage;
 mod verify;
 
 use std::process::ExitCode;
@@ -116,6 +119,7 @@ enum Command {
     /// Delete a lock whoever holds it (for a lock you know is stale), and wake its waiters.
     Unlock(status::UnlockArgs),
     /// Show on throwaway local servers what the lock promises: exclusion, fencing, takeover.
+    #[command(after_help = exit::DEMO_TABLE)]
     Demo(demo::DemoArgs),
     /// One worker of the demo (used by `fencelock demo`).
     #[command(hide = true)]
@@ -125,6 +129,7 @@ enum Command {
     /// the history; a report (JSON, HTML) shows it. Exit status 0 when every safety check
     /// passed with at least one fault taking effect, 1 on violations, 2 when inconclusive
     /// (no fault happened: nothing was tested under faults).
+    #[command(after_help = exit::VERIFY_TABLE)]
     Verify(verify::VerifyArgs),
     /// One client of `fencelock verify`.
     #[command(hide = true)]
@@ -139,10 +144,14 @@ enum Command {
 /// as fencelock's: `--key k echo -n hi`).
 fn parse() -> Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
-    let matches = Cli::command().try_get_matches()?;
+    let argv: Vec<String> = std::env::args().collect();
+    let matches = Cli::command()
+        .try_get_matches_from(&argv)
+        .map_err(|e| usage::reword(e, &argv))?;
     match matches.subcommand() {
         Some(("run", run)) => run::check_key_order(run)?,
         Some(("elect", elect)) => elect::check_combinations(elect)?,
+        Some(("verify", verify)) => verify::check_permits(verify)?,
         _ => {}
     }
     Cli::from_arg_matches(&matches)
@@ -195,14 +204,17 @@ fn main() -> ExitCode {
 
 /// Prints a usage error for `subcommand` the way clap prints its own; returns the exit code.
 pub fn usage_error(subcommand: &str, message: &str) -> u8 {
+    let kind = clap::error::ErrorKind::MissingRequiredArgument;
+    let _ = command_error(subcommand, kind, message).print();
+    exit::USAGE
+}
+
+/// A usage error of `kind` for `subcommand`, with its usage lines, as clap makes its own.
+pub fn command_error(subcommand: &str, kind: clap::error::ErrorKind, message: &str) -> clap::Error {
     use clap::CommandFactory;
     let mut cli = Cli::command();
     let command = cli.find_subcommand_mut(subcommand).cloned();
-    let mut command = command.unwrap_or(cli);
-    let _ = command
-        .error(clap::error::ErrorKind::MissingRequiredArgument, message)
-        .print();
-    exit::USAGE
+    command.unwrap_or(cli).error(kind, message)
 }
 
 /// Turns on `tracing` output to stderr for `--verbose` (`FENCELOCK_LOG` sets another filter).

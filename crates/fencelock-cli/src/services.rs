@@ -41,7 +41,7 @@ pub fn url_hint() -> String {
 /// registry), what the lease is on each, and RedLock.
 pub fn url_help() -> String {
     let mut help = format!(
-        "Where the locks live [env: FENCELOCK_URL] [default: {}].",
+        "The service's URL [env: FENCELOCK_URL] [default: {}].",
         DEFAULT_URL
     );
     for service in fencelock::services().iter().filter(|s| s.is_built()) {

@@ -170,6 +170,7 @@ impl Client {
     /// revoke the client's lease, so that nothing of the client outlives a program that exits
     /// right after `close`.
     pub async fn close(self) -> Result<()> {
+        let started = std::time::Instant::now();
         let settled = self.inner.settle().await;
         let Some(shared) = Arc::into_inner(self.inner) else {
             return settled;
@@ -186,7 +187,7 @@ impl Client {
             Ok(()) if pending > 0 => Err(crate::Error::Unfinished {
                 pending,
                 failed: 0,
-                waited: bound,
+                waited: started.elapsed(),
             }),
             settled => settled,
         }

@@ -301,7 +301,7 @@ pub enum Error {
     /// read-write lock, a semaphore, or a semaphore of another number of permits is a
     /// [`Error::PermitsMismatch`]): one name, one kind, never two layouts that each side
     /// believes it holds.
-    #[error("{lock:?} is used as a {found} on server {server}; it was asked for as a {asked}")]
+    #[error("{lock:?} is used as {} on server {server}; it was asked for as {}", an(.found), an(.asked))]
     PrimitiveMismatch {
         /// The name.
         lock: String,
@@ -344,15 +344,29 @@ pub enum Error {
     /// [`crate::Client::close`] found background work (releases, undos, RedLock requests
     /// still in flight) unfinished after its bound, or failed: a server that did not answer
     /// may keep a grant until its lease ends.
-    #[error("at close, {pending} background request(s) were still under way after {waited:?} and {failed} had failed; a server may keep a lock until its lease ends")]
+    #[error("at close, after waiting {:?}, {pending} background request(s) were still under way and {failed} had failed; a server may keep a lock until its lease ends", rounded(.waited))]
     Unfinished {
         /// Requests still under way.
         pending: usize,
         /// Give-backs (releases, undos) that failed.
         failed: usize,
-        /// How long `close` waited.
+        /// How long `close` waited: the time it took, measured (at most its bound; less
+        /// when the work ended, or failed, sooner).
         waited: Duration,
     },
+}
+
+/// `word` with its article: "a mutex", "an election".
+fn an(word: &str) -> String {
+    match word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        true => format!("an {word}"),
+        false => format!("a {word}"),
+    }
+}
+
+/// `d` to the millisecond, as `Debug` then prints it (`312ms`, `4s`).
+fn rounded(d: &Duration) -> Duration {
+    Duration::from_millis(d.as_millis().try_into().unwrap_or(u64::MAX))
 }
 
 fn for_lock(lock: &Option<String>) -> String {

@@ -91,6 +91,7 @@ impl Shared {
     pub(crate) async fn settle(&self) -> Result<()> {
         let ctx = &self.ctx;
         let bound = ctx.options.request_bound();
+        let started = std::time::Instant::now();
         let pending = ctx.background.settle(bound).await;
         // Holds and attempts given up whose give-back failed (and that no later attempt gave
         // back), and RedLock releases that failed on a server after the majority answered.
@@ -100,7 +101,7 @@ impl Shared {
             return Err(Error::Unfinished {
                 pending,
                 failed,
-                waited: bound,
+                waited: started.elapsed(),
             });
         }
         Ok(())

@@ -298,6 +298,30 @@ pub fn parse_faults(names: &[String], backend: Backend) -> Result<Vec<Fault>, St
     Ok(faults)
 }
 
+/// `--permits` given with a primitive other than the semaphore is refused, not ignored. On
+/// clap's matches: whether `--permits` (which has a default) was given matters.
+pub fn check_permits(m: &clap::ArgMatches) -> Result<(), clap::Error> {
+    use clap::parser::ValueSource;
+    let given = m.value_source("permits") == Some(ValueSource::CommandLine);
+    let primitive = m
+        .get_one::<Primitive>("primitive")
+        .copied()
+        .unwrap_or_default();
+    if !given || primitive == Primitive::Semaphore {
+        return Ok(());
+    }
+    let message = format!(
+        "--permits is the number of permits of a semaphore, but --primitive {} has none: \
+         drop --permits, or give --primitive semaphore",
+        primitive.as_arg()
+    );
+    Err(crate::command_error(
+        "verify",
+        clap::error::ErrorKind::ArgumentConflict,
+        &message,
+    ))
+}
+
 /// The bounds on the other flags; a value outside them is a usage error.
 pub fn validate(args: &VerifyArgs) -> Result<(), String> {
     if args.duration < Duration::from_secs(4) || args.duration > Duration::from_secs(3600) {

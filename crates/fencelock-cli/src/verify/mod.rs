@@ -33,7 +33,7 @@ mod words;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-pub use args::VerifyArgs;
+pub use args::{check_permits, VerifyArgs};
 pub use clients::{client, ClientArgs};
 
 use crate::exit;
