@@ -25,6 +25,8 @@ mod common;
 mod election;
 #[path = "conformance/family.rs"]
 mod family;
+#[path = "conformance/family_queue.rs"]
+mod family_queue;
 #[path = "conformance/multi.rs"]
 mod multi;
 
@@ -36,13 +38,20 @@ use std::time::Duration;
 
 use common::{short_lease as lease, within};
 use election::{
-    a_cut_off_leader_is_told_before_the_next_leads, elections_are_offered_or_refused,
-    observers_see_each_leader_in_order, one_leader_at_a_time_in_arrival_order,
+    a_cut_off_leader_is_told_before_the_next_leads, a_forced_unlock_deposes_the_leader,
+    elections_are_offered_or_refused, observers_see_each_leader_in_order,
+    one_leader_at_a_time_in_arrival_order, participants_of_two_clients_lead_one_at_a_time,
 };
 use family::{
     a_semaphore_never_has_more_than_n_holders, one_name_is_one_kind,
     readers_share_and_a_writer_waits_its_turn, rw_reentry_downgrade_and_refused_upgrade,
     semaphore_order_release_and_resize,
+};
+use family_queue::{
+    a_dead_clients_reader_and_permit_end_alone, a_downgrade_keeps_later_writers_out,
+    a_paused_server_loses_readers_and_permits, a_raised_n_wakes_a_waiter,
+    another_n_is_refused_unless_resized, permits_go_in_arrival_order_on_any_release,
+    readers_behind_a_writer_hold_together, the_family_refuses_other_kinds_by_name,
 };
 use fencelock::{Client, ClientOptions, Error, InputError, LockOptions, LostReason, Released};
 use fencelock_testkit::TcpProxy;
@@ -1941,6 +1950,14 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(a_semaphore_never_has_more_than_n_holders);
     step!(semaphore_order_release_and_resize);
     step!(one_name_is_one_kind);
+    step!(readers_behind_a_writer_hold_together);
+    step!(a_downgrade_keeps_later_writers_out);
+    step!(a_dead_clients_reader_and_permit_end_alone);
+    step!(the_family_refuses_other_kinds_by_name);
+    step!(permits_go_in_arrival_order_on_any_release);
+    step!(another_n_is_refused_unless_resized);
+    step!(a_raised_n_wakes_a_waiter);
+    step!(a_paused_server_loses_readers_and_permits);
     step!(bad_multi_locks_are_refused_before_any_io);
     step!(a_multi_lock_is_all_or_nothing);
     step!(multi_locks_in_opposite_orders_never_deadlock);
@@ -1950,6 +1967,8 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(one_leader_at_a_time_in_arrival_order);
     step!(observers_see_each_leader_in_order);
     step!(a_cut_off_leader_is_told_before_the_next_leads);
+    step!(participants_of_two_clients_lead_one_at_a_time);
+    step!(a_forced_unlock_deposes_the_leader);
 }
 
 /// One test per deployment: it starts the deployment once and runs every behaviour on it.

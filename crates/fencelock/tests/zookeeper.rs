@@ -6,9 +6,10 @@
 //! server.
 //!
 //! What every service shares (exclusion, re-entry, waiting, cleanup, forced unlocks, pauses,
-//! failed and dropped releases, the end of a session, the negotiated lease) is in
-//! `conformance.rs`, run on a standalone server and an ensemble; this file keeps what is
-//! ZooKeeper's own.
+//! failed and dropped releases, the end of a session, the negotiated lease, the read-write
+//! lock, the semaphore and elections) is in `conformance.rs`, run on a standalone server and
+//! an ensemble; this file keeps what is ZooKeeper's own: Curator interop, the node layout,
+//! the fast path, fresh servers and faults.
 #![cfg(feature = "zookeeper")]
 
 mod common;
@@ -1250,119 +1251,6 @@ async fn curator_leader_latch_interop() {
     .await;
 }
 
-/// `leader()`, `proclaim`, and an observer that reports nobody -> a leader -> its new value
-/// -> nobody -> the next leader -> a handover, in order, with terms that grow.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn election_leader_proclaim_and_observe_in_order() {
-    let zk = server();
-    within(60.0, "election", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        let mut observer = b.election("lead").observe().await.unwrap();
-        assert_eq!(next_leader(&mut observer).await, None);
-        assert_eq!(a.election("lead").leader().await.unwrap(), None);
-
-        let mut one = a.election("lead").campaign("one").await.unwrap();
-        let seen = next_leader(&mut observer).await.unwrap();
-        assert_eq!((seen.value.as_str(), seen.term), ("one", one.term()));
-        let leader = b.election("lead").leader().await.unwrap().unwrap();
-        assert_eq!((leader.value.as_str(), leader.term), ("one", one.term()));
-
-        one.proclaim("uno").await.unwrap();
-        assert_eq!(one.value(), "uno");
-        let leader = b.election("lead").leader().await.unwrap().unwrap();
-        assert_eq!((leader.value.as_str(), leader.term), ("uno", one.term()));
-        let seen = next_leader(&mut observer).await.unwrap();
-        assert_eq!((seen.value.as_str(), seen.term), ("uno", one.term()));
-
-        let first = one.term();
-        assert_eq!(one.resign().await.unwrap(), Released::Released);
-        assert_eq!(next_leader(&mut observer).await, None);
-
-        let two = b.election("lead").campaign("two").await.unwrap();
-        let seen = next_leader(&mut observer).await.unwrap();
-        assert_eq!((seen.value.as_str(), seen.term), ("two", two.term()));
-        assert!(two.term() > first);
-
-        let waiting = tokio::spawn({
-            let election = a.election("lead");
-            async move { election.campaign("three").await }
-        });
-        let peek = Peek::connect(&zk.connect_string()).await;
-        peek.until_count("lead", 2, 10.0).await;
-        assert!(!waiting.is_finished(), "two leaders at once");
-        let second = two.term();
-        two.resign().await.unwrap();
-        let three = within(10.0, "the waiter leads", waiting)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(three.term() > second);
-        let seen = next_leader(&mut observer).await.unwrap();
-        assert_eq!((seen.value.as_str(), seen.term), ("three", three.term()));
-        three.resign().await.unwrap();
-        assert_eq!(next_leader(&mut observer).await, None);
-    })
-    .await;
-}
-
-/// A leader whose session is lost (its connection cut, no reconnection: the server expires
-/// the session) is told so (`lost()`) before the waiting participant leads, and an observer
-/// sees the handover. A proclaim of the deposed leader fails with `LockLost`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_lost_session_hands_leadership_on() {
-    let zk = server();
-    within(60.0, "a lost session", async {
-        let proxy = TcpProxy::start(zk.port()).unwrap();
-        let a = proxied_client(&proxy, 2_000).await;
-        let b = client_at(&zk.url(), 10_000).await;
-        let mut observer = b.election("lost").observe().await.unwrap();
-        assert_eq!(next_leader(&mut observer).await, None);
-        let mut leading = a.election("lost").campaign("doomed").await.unwrap();
-        assert_eq!(next_leader(&mut observer).await.unwrap().value, "doomed");
-        let waiting = tokio::spawn({
-            let election = b.election("lost");
-            async move { election.campaign("next").await }
-        });
-        Peek::connect(&zk.connect_string())
-            .await
-            .until_count("lost", 2, 10.0)
-            .await;
-        proxy.refuse_new(true);
-        proxy.cut();
-        let told = async {
-            leading.lost().await;
-            Instant::now()
-        };
-        let led = async {
-            let next = waiting.await.unwrap().unwrap();
-            (next, Instant::now())
-        };
-        let (told, (next, led)) = within(15.0, "told, then the waiter leads", async {
-            tokio::join!(told, led)
-        })
-        .await;
-        assert!(
-            told <= led,
-            "the cut-off leader was told after the next one led"
-        );
-        assert!(next.term() > leading.term());
-        let seen = next_leader(&mut observer).await.unwrap();
-        assert_eq!((seen.value.as_str(), seen.term), ("next", next.term()));
-        assert!(matches!(
-            leading.proclaim("late").await,
-            Err(Error::LockLost { .. })
-        ));
-        assert_eq!(
-            b.election("lost").leader().await.unwrap().unwrap().value,
-            "next"
-        );
-    })
-    .await;
-}
-
 /// One name cannot be a mutex and an election at once on ZooKeeper (two queues in one folder
 /// that would ignore each other): the attempt that finds the other kind ahead fails with
 /// `PrimitiveMismatch` naming both, and leaves no node.
@@ -1515,21 +1403,6 @@ async fn an_observer_called_again_while_unheard_waits() {
     .await;
 }
 
-/// Four participants of two clients, campaigning and resigning in turn: one leader at a time,
-/// terms that grow, an observer that never goes back to an older leader.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn participants_of_two_clients_lead_one_at_a_time() {
-    let zk = server();
-    within(60.0, "one leader at a time", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        common::one_leader_at_a_time(&a, &b, "turns", 10).await;
-    })
-    .await;
-}
-
 /// A Java `LeaderLatch` that leads and is killed (SIGKILL): once the server expires its
 /// session (2 s), the waiting fencelock participant leads, and an observer sees the handover
 /// from Java's participant id to fencelock's value, with a larger term.
@@ -1574,124 +1447,8 @@ async fn a_killed_leader_latch_hands_leadership_on() {
     .await;
 }
 
-/// A forced unlock of an election's name deposes its leader (see the helper).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_forced_unlock_deposes_the_leader() {
-    let zk = server();
-    within(60.0, "forced unlock of a leader", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        common::a_forced_unlock_deposes_the_leader(&a, &b, "deposed").await;
-    })
-    .await;
-}
-
 // ---- Read-write locks (issue 24): Curator's `InterProcessReadWriteLock` layout,
 // `_c_<uuid>-__READ__<seq>` and `_c_<uuid>-__WRIT__<seq>` in one folder, one queue.
-
-/// Readers share, a writer waits for the readers ahead and readers after it wait for it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rw_readers_share_and_writers_wait_in_arrival_order() {
-    let zk = server();
-    within(90.0, "rw order", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        common::family::readers_share_and_writers_wait_in_arrival_order(&a, &b, "rw-order").await;
-        let children = zk_children(&zk.connect_string(), "rw-order").await;
-        assert!(children.is_empty(), "{children:?}");
-    })
-    .await;
-}
-
-/// Re-entry on both sides, a downgrade that keeps later writers out, a refused upgrade.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rw_reentry_downgrade_and_refused_upgrade() {
-    let zk = server();
-    within(90.0, "rw downgrade", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        common::family::reentry_downgrade_and_refused_upgrade(&a, &b, "rw-down", true).await;
-    })
-    .await;
-}
-
-/// One name is one primitive: read-write lock against mutex and election.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rw_a_name_is_one_primitive() {
-    let zk = server();
-    within(90.0, "rw mismatch", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        common::family::a_name_is_one_primitive(&a, &b, "rw-kind").await;
-    })
-    .await;
-}
-
-/// The environment variable that makes [`rw_reader_process`] read-lock on this server URL.
-const READER_URL: &str = "FENCELOCK_TEST_ZK_READER_URL";
-
-/// Not a test of its own: the reader process of [`rw_a_killed_readers_holding_ends_alone`],
-/// which starts this test binary again to run it and kills it (SIGKILL) while it reads.
-/// Without [`READER_URL`] it does nothing; with it, it holds the read side of "rw-killed"
-/// in a 2 s session and ends by itself after 60 s at the latest.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rw_reader_process() {
-    let Ok(url) = std::env::var(READER_URL) else {
-        return;
-    };
-    let client = client_at(&url, 2_000).await;
-    let held = tokio::time::timeout(Duration::from_secs(60), async {
-        let _reading = client.rw_lock("rw-killed").read().acquire().await.unwrap();
-        std::future::pending::<()>().await
-    });
-    let _ = held.await;
-}
-
-/// A reader process killed with SIGKILL: its holding ends with its session, alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rw_a_killed_readers_holding_ends_alone() {
-    let zk = server();
-    let mut child = Killed(
-        std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "rw_reader_process", "--nocapture"])
-            .env(READER_URL, zk.url())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    within(90.0, "a killed reader", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        // SIGKILL (std's `kill`); its session expires on the server after 2 s.
-        let kill = async {
-            child.0.kill().unwrap();
-            child.0.wait().unwrap();
-        };
-        common::family::a_dead_readers_holding_ends_alone(&a, &b, "rw-killed", kill).await;
-    })
-    .await;
-}
-
-/// A child process, killed (SIGKILL, by its PID) and reaped when dropped.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Curator's `InterProcessReadWriteLock` and fencelock's exclude each other both ways: a
 /// Java writer keeps fencelock's readers and writers out; a fencelock writer keeps a Java
@@ -1718,13 +1475,13 @@ async fn rw_curator_interop() {
         // A Java writer: fencelock's readers and writers wait.
         let (writer, node) = acquired(spawn("write"), 30).await.unwrap();
         assert!(node.unwrap().contains("-__WRIT__"));
-        assert!(common::family::busy(&c, "rw-java", false).await);
-        assert!(common::family::busy(&c, "rw-java", true).await);
+        assert!(common::busy(&c, "rw-java", false).await);
+        assert!(common::busy(&c, "rw-java", true).await);
         let reading = tokio::spawn({
             let rw = c.rw_lock("rw-java");
             async move { rw.read().acquire().await }
         });
-        common::family::until_queue(&c, "rw-java", 1, 1).await;
+        common::until_queue(&c, "rw-java", 1, 1).await;
         release(writer).await.unwrap().unwrap();
         let reading = within(10.0, "fencelock reads after Java", reading)
             .await
@@ -1733,13 +1490,13 @@ async fn rw_curator_interop() {
         // Java and fencelock readers share.
         let (reader, node) = acquired(spawn("read"), 30).await.unwrap();
         assert!(node.unwrap().contains("-__READ__"));
-        common::family::until_queue(&c, "rw-java", 2, 0).await;
+        common::until_queue(&c, "rw-java", 2, 0).await;
         // A Java writer waits for both readers.
         let writer = spawn("write");
-        common::family::until_queue(&c, "rw-java", 2, 1).await;
+        common::until_queue(&c, "rw-java", 2, 1).await;
         assert!(writer.acquired().is_none());
         release(reader).await.unwrap().unwrap();
-        common::family::until_queue(&c, "rw-java", 1, 1).await;
+        common::until_queue(&c, "rw-java", 1, 1).await;
         assert!(
             writer.acquired().is_none(),
             "Java wrote beside a fencelock reader"
@@ -1751,7 +1508,7 @@ async fn rw_curator_interop() {
         // A fencelock writer: a Java reader waits.
         let writing = c.rw_lock("rw-java").write().acquire().await.unwrap();
         let reader = spawn("read");
-        common::family::until_queue(&c, "rw-java", 1, 1).await;
+        common::until_queue(&c, "rw-java", 1, 1).await;
         assert!(
             reader.acquired().is_none(),
             "Java read beside a fencelock writer"
@@ -1766,91 +1523,6 @@ async fn rw_curator_interop() {
 
 // ---- Semaphores (issue 24): Curator's `InterProcessSemaphoreV2` layout, `locks/` (its
 // mutex) and `leases/` (`_c_<uuid>-lease-<seq>`), N as the folder's data.
-
-/// N permits at most, served in arrival order, each released alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn semaphore_permits_never_exceed_n_and_go_in_arrival_order() {
-    let zk = server();
-    within(90.0, "semaphore order", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        common::family::permits_never_exceed_n_and_go_in_arrival_order(&a, &b, "sem-order").await;
-    })
-    .await;
-}
-
-/// Another N refused unless resized; lowering N revokes nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn semaphore_another_n_is_refused_unless_resized() {
-    let zk = server();
-    within(90.0, "semaphore n", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        common::family::another_n_is_refused_unless_resized(&a, &b, "sem-n").await;
-    })
-    .await;
-}
-
-/// A semaphore's name is no other primitive's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn semaphore_is_one_primitive() {
-    let zk = server();
-    within(90.0, "semaphore kind", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        common::family::a_semaphore_is_one_primitive(&a, &b, "sem-kind").await;
-    })
-    .await;
-}
-
-/// The environment variable that makes [`semaphore_holder_process`] hold a permit.
-const PERMIT_URL: &str = "FENCELOCK_TEST_ZK_PERMIT_URL";
-
-/// Not a test of its own: the holder process of
-/// [`semaphore_a_killed_holders_permit_comes_back`]; without [`PERMIT_URL`] it does nothing;
-/// with it, it holds a permit of "sem-killed" (of 1) in a 2 s session for 60 s at most.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn semaphore_holder_process() {
-    let Ok(url) = std::env::var(PERMIT_URL) else {
-        return;
-    };
-    let client = client_at(&url, 2_000).await;
-    let held = tokio::time::timeout(Duration::from_secs(60), async {
-        let _permit = client.semaphore("sem-killed", 1).acquire().await.unwrap();
-        std::future::pending::<()>().await
-    });
-    let _ = held.await;
-}
-
-/// A holder process killed with SIGKILL: its permit comes back when its session ends.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn semaphore_a_killed_holders_permit_comes_back() {
-    let zk = server();
-    let mut child = Killed(
-        std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "semaphore_holder_process", "--nocapture"])
-            .env(PERMIT_URL, zk.url())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    within(90.0, "a killed holder", async {
-        let live = client_at(&zk.url(), 10_000).await;
-        let kill = async {
-            child.0.kill().unwrap();
-            child.0.wait().unwrap();
-        };
-        common::family::a_dead_holders_permit_comes_back(&live, "sem-killed", kill).await;
-    })
-    .await;
-}
 
 /// Curator's `InterProcessSemaphoreV2` of 2 and fencelock permits of the same semaphore
 /// never hold more than 2 together, and hand permits to each other.
@@ -1877,12 +1549,12 @@ async fn semaphore_curator_interop() {
         let (java, node) = acquired(spawn(), 30).await.unwrap();
         assert!(node.unwrap().contains("/leases/_c_"));
         let mine = c.semaphore("sem-java", 2).acquire().await.unwrap();
-        assert!(common::family::no_permit(&c, "sem-java", 2).await);
+        assert!(common::no_permit(&c, "sem-java", 2).await);
         let java2 = spawn();
         java2
             .wait_line("CONNECTED", Duration::from_secs(30))
             .unwrap();
-        common::family::until_queue(&c, "sem-java", 2, 1).await;
+        common::until_queue(&c, "sem-java", 2, 1).await;
         assert!(java2.acquired().is_none(), "a third lease of two");
         // fencelock's release hands its permit to the Java waiter.
         mine.release().await.unwrap();
@@ -1893,7 +1565,7 @@ async fn semaphore_curator_interop() {
             let semaphore = c.semaphore("sem-java", 2);
             async move { semaphore.acquire().await }
         });
-        common::family::until_queue(&c, "sem-java", 2, 1).await;
+        common::until_queue(&c, "sem-java", 2, 1).await;
         assert!(!waiting.is_finished(), "a third permit of two");
         release(java).await.unwrap().unwrap();
         within(15.0, "fencelock takes the permit Java gave back", waiting)
@@ -1904,66 +1576,6 @@ async fn semaphore_curator_interop() {
             .await
             .unwrap();
         release(java2).await.unwrap().unwrap();
-    })
-    .await;
-}
-
-/// A paused server: readers' and permits' holdings are told lost, each on its own.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn family_a_paused_server_loses_readers_and_permits() {
-    let zk = server();
-    within(90.0, "paused", async {
-        let c = client_at(&zk.url(), 2_000).await;
-        common::family::a_paused_server_loses_readers_and_permits(
-            &c,
-            || zk.pause(),
-            || zk.resume(),
-        )
-        .await;
-    })
-    .await;
-}
-
-/// Any permit given back lets a waiter hold, not only the oldest one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn semaphore_any_release_lets_a_waiter_hold() {
-    let zk = server();
-    within(60.0, "any release", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        common::family::any_release_lets_a_waiter_hold(&a, &b, "sem-any").await;
-    })
-    .await;
-}
-
-/// A raised N lets a waiter hold at once: with one permit of one held and a waiter, another
-/// client raises N to 3 and holds; the waiter, one of two lease nodes under N = 3, holds
-/// too, without any release. The waiter watched the lease nodes only, under the
-/// semaphore's mutex, and N is the folder's data: it was not woken, and the client that
-/// raised N queued behind it for the mutex, so neither held until a permit was given back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn semaphore_a_raised_n_wakes_a_waiter() {
-    let zk = server();
-    within(60.0, "a raised N", async {
-        let (a, b) = (
-            client_at(&zk.url(), 10_000).await,
-            client_at(&zk.url(), 10_000).await,
-        );
-        let held = a.semaphore("sem-raised", 1).acquire().await.unwrap();
-        let semaphore = b.semaphore("sem-raised", 1);
-        let waiting = tokio::spawn(async move { semaphore.acquire().await });
-        common::family::until_entries(&a, "sem-raised", 2).await;
-        let raised = a.semaphore("sem-raised", 3).resize();
-        let third = within(5.0, "a permit of three", raised.acquire()).await;
-        let third = third.unwrap();
-        let what = "the waiter under the raised N";
-        let got = within(5.0, what, waiting).await.unwrap().unwrap();
-        assert!(held.is_held() && third.is_held() && got.is_held());
-        for guard in [held, third, got] {
-            guard.release().await.unwrap();
-        }
     })
     .await;
 }

@@ -7,8 +7,6 @@ use std::time::Duration;
 use fencelock::{Client, ClientOptions};
 use fencelock_testkit::RedisServer;
 
-pub mod family;
-
 pub fn server() -> RedisServer {
     RedisServer::start().expect("start redis-server")
 }
@@ -228,107 +226,55 @@ pub async fn etcd_raw(endpoints: &str) -> etcd_client::Client {
         .expect("raw etcd client")
 }
 
-/// Participants of two clients (two each) campaign and resign `rounds` times each on
-/// election `name`: never two leaders at once, every leader's term above the one before,
-/// and an observer's reports in term order (never an older leader after a newer one).
-pub async fn one_leader_at_a_time(a: &Client, b: &Client, name: &str, rounds: u64) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-    let inside = Arc::new(AtomicBool::new(false));
-    let last = Arc::new(Mutex::new(0u64));
-    let mut observer = b.election(name).observe().await.expect("observe");
-    let watching = tokio::spawn(async move {
-        let mut high = 0;
-        let mut leaders = 0;
-        while let Ok(seen) = observer.changed().await {
-            if let Some(leader) = seen {
-                assert!(
-                    leader.term >= high,
-                    "an older leader reported after a newer one"
-                );
-                high = leader.term;
-                leaders += 1;
+/// Waits until lock `name` shows `holders` holders and `waiters` waiters (bounded).
+pub async fn until_queue(client: &Client, name: &str, holders: usize, waiters: usize) {
+    let what = format!("{name}: {holders} holders and {waiters} waiters");
+    within(10.0, &what, async {
+        loop {
+            let status = client.status(name).await.unwrap();
+            if status.owners.len() == holders && status.waiters.len() == waiters {
+                return;
             }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        leaders
-    });
-    let elections = [
-        a.election(name),
-        a.election(name),
-        b.election(name),
-        b.election(name),
-    ];
-    let mut tasks = Vec::new();
-    for (i, election) in elections.into_iter().enumerate() {
-        let (inside, last) = (inside.clone(), last.clone());
-        tasks.push(tokio::spawn(async move {
-            for round in 0..rounds {
-                let leading = election.campaign(&format!("p{i}")).await.expect("campaign");
-                assert!(!inside.swap(true, Ordering::SeqCst), "two leaders");
-                {
-                    let mut last = last.lock().unwrap();
-                    assert!(leading.term() > *last, "a term that does not grow");
-                    *last = leading.term();
-                }
-                tokio::time::sleep(Duration::from_millis(1 + (round + i as u64) % 3)).await;
-                inside.store(false, Ordering::SeqCst);
-                leading.resign().await.expect("resign");
+    })
+    .await
+}
+
+/// Waits until lock `name` shows `n` holders and waiters together (bounded).
+pub async fn until_listed(client: &Client, name: &str, n: usize) {
+    within(10.0, &format!("{name}: {n} holders and waiters"), async {
+        loop {
+            let status = client.status(name).await.unwrap();
+            if status.owners.len() + status.waiters.len() == n {
+                return;
             }
-        }));
-    }
-    for t in tasks {
-        t.await.expect("participant");
-    }
-    assert_eq!(b.election(name).leader().await.expect("leader"), None);
-    // A failed check ends the observer's task: its panic is the test's.
-    if watching.is_finished() {
-        watching.await.expect("the observer's checks");
-    } else {
-        watching.abort();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+/// Whether a side of read-write lock `name` is busy for a new owner of `client` right now.
+pub async fn busy(client: &Client, name: &str, write: bool) -> bool {
+    let rw = client.rw_lock(name);
+    let side = if write { rw.write() } else { rw.read() };
+    match side.try_acquire().await.unwrap() {
+        Ok(guard) => {
+            guard.release().await.unwrap();
+            false
+        }
+        Err(_) => true,
     }
 }
 
-/// `Client::force_unlock` of an election's name deposes its leader: the leader is told
-/// (`lost()`), its proclaim fails with `LockLost`, status showed it as the holder, and the
-/// waiting participant leads with a larger term.
-pub async fn a_forced_unlock_deposes_the_leader(a: &Client, b: &Client, name: &str) {
-    let mut leading = a.election(name).campaign("first").await.expect("campaign");
-    let status = b.status(name).await.expect("status");
-    assert!(
-        status.held,
-        "status shows the election's leader as the holder"
-    );
-    let waiting = tokio::spawn({
-        let election = b.election(name);
-        async move { election.campaign("second").await }
-    });
-    within(10.0, "the waiter queues", async {
-        while b.status(name).await.expect("status").waiters.is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+/// Whether semaphore `name` of `n` has no permit free for `client` right now.
+pub async fn no_permit(client: &Client, name: &str, n: u32) -> bool {
+    match client.semaphore(name, n).try_acquire().await.unwrap() {
+        Ok(guard) => {
+            guard.release().await.unwrap();
+            false
         }
-    })
-    .await;
-    let removed = b.force_unlock(name).await.expect("force_unlock");
-    assert_eq!(removed.len(), 1, "{removed:?}");
-    within(10.0, "the deposed leader is told", leading.lost()).await;
-    assert!(matches!(
-        leading.proclaim("late").await,
-        Err(fencelock::Error::LockLost { .. })
-    ));
-    let next = within(10.0, "the waiter leads", waiting)
-        .await
-        .expect("task")
-        .expect("campaign");
-    assert!(next.term() > leading.term());
-    let leader = a
-        .election(name)
-        .leader()
-        .await
-        .expect("leader")
-        .expect("one");
-    assert_eq!(
-        (leader.value.as_str(), leader.term),
-        ("second", next.term())
-    );
-    next.resign().await.expect("resign");
+        Err(_) => true,
+    }
 }

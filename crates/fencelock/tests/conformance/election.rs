@@ -196,7 +196,7 @@ pub(super) async fn observers_see_each_leader_in_order(d: &dyn Deployment) {
 
 /// Never two leaders: a leader whose client is cut off from the servers (where a proxy can
 /// cut one) is told it lost leadership (`lost()`) before the standby leads, and the standby's
-/// term is greater; the cut-off leader's late `proclaim` fails.
+/// term is greater; an observer sees the handover; the cut-off leader's late `proclaim` fails.
 pub(super) async fn a_cut_off_leader_is_told_before_the_next_leads(d: &dyn Deployment) {
     let caps: Caps = d.caps();
     if !caps.election {
@@ -208,10 +208,14 @@ pub(super) async fn a_cut_off_leader_is_told_before_the_next_leads(d: &dyn Deplo
     let cut_off = Client::connect_with(&url, lease(2_000)).await.unwrap();
     let standby = connect(d, lease(2_000)).await;
     let name = "cut-leader";
+    let mut observer = standby.election(name).observe().await.unwrap();
+    assert_eq!(next(&mut observer, "nobody leads at first").await, None);
     let mut leading = cut_off.election(name).campaign("old").await.unwrap();
+    let first = next(&mut observer, "the first leader").await;
+    assert_eq!(seen(&first), Some(("old", leading.term())));
     let election = standby.election(name);
     let old_lost = leading.lost_token();
-    let next = tokio::spawn(async move {
+    let standing = tokio::spawn(async move {
         let leading = election.campaign("new").await;
         // Read at once, in the task the campaign returned in: was the old leader told first?
         (leading, old_lost.is_cancelled())
@@ -220,10 +224,15 @@ pub(super) async fn a_cut_off_leader_is_told_before_the_next_leads(d: &dyn Deplo
     proxy.refuse_new(true);
     assert!(proxy.cut() >= 1);
     within(5.0, "the cut-off leader is told", leading.lost()).await;
-    let (successor, told_first) = within(15.0, "the standby leads", next).await.unwrap();
+    let (successor, told_first) = within(15.0, "the standby leads", standing).await.unwrap();
     let successor = successor.unwrap();
     assert!(told_first, "the standby led before the old leader was told");
     assert!(successor.term() > leading.term());
+    let mut handover = next(&mut observer, "the handover").await;
+    if handover.is_none() {
+        handover = next(&mut observer, "the handover after nobody").await;
+    }
+    assert_eq!(seen(&handover), Some(("new", successor.term())));
     assert!(
         leading.proclaim("late").await.is_err(),
         "a deposed leader proclaimed"
@@ -241,4 +250,125 @@ pub(super) async fn a_cut_off_leader_is_told_before_the_next_leads(d: &dyn Deplo
     assert_eq!(successor.resign().await.unwrap(), Released::Released);
     drop(leading);
     standby.close().await.unwrap();
+}
+
+/// Participants of two clients (two each) campaign and resign ten times each: never two
+/// leaders at once, every leader's term above the one before,
+/// and an observer's reports in term order (never an older leader after a newer one).
+pub(super) async fn participants_of_two_clients_lead_one_at_a_time(d: &dyn Deployment) {
+    if !d.caps().election {
+        return;
+    }
+    let (a, b) = (
+        connect(d, lease(10_000)).await,
+        connect(d, lease(10_000)).await,
+    );
+    let (name, rounds) = ("turns", 10);
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let inside = Arc::new(AtomicBool::new(false));
+    let last = Arc::new(Mutex::new(0u64));
+    let mut observer = b.election(name).observe().await.expect("observe");
+    let watching = tokio::spawn(async move {
+        let mut high = 0;
+        let mut leaders = 0;
+        while let Ok(seen) = observer.changed().await {
+            if let Some(leader) = seen {
+                assert!(
+                    leader.term >= high,
+                    "an older leader reported after a newer one"
+                );
+                high = leader.term;
+                leaders += 1;
+            }
+        }
+        leaders
+    });
+    let elections = [
+        a.election(name),
+        a.election(name),
+        b.election(name),
+        b.election(name),
+    ];
+    let mut tasks = Vec::new();
+    for (i, election) in elections.into_iter().enumerate() {
+        let (inside, last) = (inside.clone(), last.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..rounds {
+                let leading = election.campaign(&format!("p{i}")).await.expect("campaign");
+                assert!(!inside.swap(true, Ordering::SeqCst), "two leaders");
+                {
+                    let mut last = last.lock().unwrap();
+                    assert!(leading.term() > *last, "a term that does not grow");
+                    *last = leading.term();
+                }
+                tokio::time::sleep(Duration::from_millis(1 + (round + i as u64) % 3)).await;
+                inside.store(false, Ordering::SeqCst);
+                leading.resign().await.expect("resign");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("participant");
+    }
+    assert_eq!(b.election(name).leader().await.expect("leader"), None);
+    // A failed check ends the observer's task: its panic is the test's.
+    if watching.is_finished() {
+        watching.await.expect("the observer's checks");
+    } else {
+        watching.abort();
+    }
+}
+
+/// `Client::force_unlock` of an election's name deposes its leader: the leader is told
+/// (`lost()`), its proclaim fails with `LockLost`, status showed it as the holder, and the
+/// waiting participant leads with a larger term.
+pub(super) async fn a_forced_unlock_deposes_the_leader(d: &dyn Deployment) {
+    if !d.caps().election {
+        return;
+    }
+    let (a, b) = (
+        connect(d, lease(10_000)).await,
+        connect(d, lease(10_000)).await,
+    );
+    let name = "deposed";
+    let mut leading = a.election(name).campaign("first").await.expect("campaign");
+    let status = b.status(name).await.expect("status");
+    assert!(
+        status.held,
+        "status shows the election's leader as the holder"
+    );
+    let waiting = tokio::spawn({
+        let election = b.election(name);
+        async move { election.campaign("second").await }
+    });
+    within(10.0, "the waiter queues", async {
+        while b.status(name).await.expect("status").waiters.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let removed = b.force_unlock(name).await.expect("force_unlock");
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    within(10.0, "the deposed leader is told", leading.lost()).await;
+    assert!(matches!(
+        leading.proclaim("late").await,
+        Err(Error::LockLost { .. })
+    ));
+    let next = within(10.0, "the waiter leads", waiting)
+        .await
+        .expect("task")
+        .expect("campaign");
+    assert!(next.term() > leading.term());
+    let leader = a
+        .election(name)
+        .leader()
+        .await
+        .expect("leader")
+        .expect("one");
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("second", next.term())
+    );
+    next.resign().await.expect("resign");
 }
