@@ -117,8 +117,9 @@ const OUTLIVED: [i32; 7] = [
 ];
 
 /// Catches [`OUTLIVED`] for the rest of this process's life (tokio never uninstalls a
-/// handler), doing nothing with them. Caught, not blocked or ignored: an exec resets a caught
-/// signal to its default action, while PROGRAM would inherit a mask or an ignored signal.
+/// handler), doing nothing with them. Caught, not blocked: these need no report, and a caught
+/// signal leaves nothing pending (PROGRAM starts with their default actions either way, see
+/// [`spawn_program`]).
 fn outlive_group_signals() -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

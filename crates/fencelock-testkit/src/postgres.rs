@@ -50,25 +50,41 @@ impl PostgresServer {
                 detail: format!("initdb: {}", String::from_utf8_lossy(&init.stderr)),
             });
         }
-        let port = free_port()?;
-        let log = fs::File::create(dir.path().join("postgres.log"))?;
+        let mut server = Self {
+            port: free_port()?,
+            child: None,
+            dir,
+        };
+        server.spawn(&bin)?;
+        Ok(server)
+    }
+
+    /// Stops the server cleanly (fast shutdown: every commit it answered is kept) and starts
+    /// it again on the same port with the same data; waits until it accepts connections.
+    pub fn restart(&mut self) -> Result<(), TestkitError> {
+        let bin = bin_dir().ok_or(MISSING)?;
+        stop(&mut self.child, Signal::SIGINT);
+        self.spawn(&bin)
+    }
+
+    fn spawn(&mut self, bin: &Path) -> Result<(), TestkitError> {
+        let as_postgres = nix::unistd::geteuid().is_root();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("postgres.log"))?;
         let child = user_command(as_postgres, &bin.join("postgres"))
             .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-k"])
-            .arg(dir.path())
+            .arg(self.dir.path().join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(self.dir.path())
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
             .args(["-c", "full_page_writes=off", "-c", "synchronous_commit=off"])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
-        let mut server = Self {
-            port,
-            child: Some(child),
-            dir,
-        };
-        server.await_ready(&bin)?;
-        Ok(server)
+        self.child = Some(child);
+        self.await_ready(bin)
     }
 
     /// The server's port on 127.0.0.1.

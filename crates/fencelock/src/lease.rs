@@ -59,15 +59,16 @@ impl std::fmt::Display for LostReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Deadline => {
-                "the deadline passed without a successful renewal (of the lease, or of the \
-                 session: the server was not heard from)"
+                "the deadline passed without a successful renewal of the lease or session: the \
+                 server was not heard from"
             }
             Self::Renewal => "a renewal found the lock deleted or held by another owner",
             Self::Extension => "an extension found the lock deleted or held by another owner",
+            // No parentheses: the reason is often shown inside some (`Error::LockLost`).
             Self::Session => {
-                "the client's session (ZooKeeper) or lease (etcd) expired, was closed or revoked"
+                "the client's ZooKeeper session or etcd lease expired, was closed or was revoked"
             }
-            Self::Deleted => "the lock's node or key was deleted by another client (forced unlock)",
+            Self::Deleted => "another client deleted the holding on the server: a forced unlock",
             Self::Released => "released",
         })
     }
@@ -176,5 +177,22 @@ impl LeaseState {
     /// Held as far as this process can tell, without a round trip.
     pub(crate) fn is_held(&self) -> bool {
         !self.lost.is_cancelled() && Instant::now() < self.times().deadline
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LostReason;
+
+    /// Issue 33: a reason is shown inside parentheses (`Error::LockLost`), so it has none of
+    /// its own; and it speaks of no "node or key" on a service that has only keys.
+    #[test]
+    fn reasons_read_inside_parentheses() {
+        use LostReason::*;
+        for reason in [Deadline, Renewal, Extension, Session, Deleted, Released] {
+            let text = reason.to_string();
+            assert!(!text.contains(['(', ')']), "{text}");
+            assert!(!text.contains("node or key"), "{text}");
+        }
     }
 }

@@ -910,6 +910,26 @@ fn describe<T>(r: &Result<T, Error>) -> String {
     }
 }
 
+/// One call made while the servers are stopped (SIGSTOP), to show that it does no I/O: it
+/// must come back within 500 ms. Each stop lasts one call, never a list of them: a whole
+/// ZooKeeper ensemble stopped for its sync limit (10 ticks of 200 ms) loses its quorum when
+/// it runs again (each follower's read of the leader has timed out), and its members elect
+/// and sync again while the next behaviours run, closing their sessions' connections or
+/// holding their requests past the response timeout.
+struct Stopped<'a> {
+    d: &'a dyn Deployment,
+    what: String,
+}
+
+impl Stopped<'_> {
+    async fn run<T>(self, call: impl Future<Output = T>) -> T {
+        let _paused = Paused::new(self.d);
+        let quick = Duration::from_millis(500);
+        let done = tokio::time::timeout(quick, call).await;
+        done.unwrap_or_else(|_| panic!("{}: did I/O before refusing", self.what))
+    }
+}
+
 /// Resumes paused servers when it goes, also when an assertion fails while they are paused.
 struct Paused<'a>(&'a dyn Deployment);
 
@@ -1385,8 +1405,8 @@ async fn lost_fires_when_the_lock_is_gone(d: &dyn Deployment) {
 }
 
 /// Bad input is refused with a typed error before any I/O: with every data server stopped
-/// (SIGSTOP), each refusal still comes back at once. What a deployment declared unsupported
-/// is refused the same way.
+/// (SIGSTOP) for the call alone (see [`Stopped`]), each refusal still comes back at once.
+/// What a deployment declared unsupported is refused the same way.
 async fn bad_input_is_refused_before_any_io(d: &dyn Deployment) {
     let caps = d.caps();
     let client = connect(d, ClientOptions::default()).await;
@@ -1467,40 +1487,42 @@ async fn bad_input_is_refused_before_any_io(d: &dyn Deployment) {
         bad_options.push(ClientOptions::default().fence_horizon(Duration::from_secs(3600)));
     }
 
-    let paused = Paused::new(d);
-    within(5.0, "refusals while the servers are stopped", async {
+    let stopped = |what: String| Stopped { d, what };
+    within(30.0, "refusals while the servers are stopped", async {
         for (lock, expected) in &cases {
-            let quick = Duration::from_millis(500);
-            let r = tokio::time::timeout(quick, lock.acquire()).await;
-            let r = r.unwrap_or_else(|_| panic!("{lock:?}: acquire did I/O"));
+            let r = stopped(format!("{lock:?}: acquire"))
+                .run(lock.acquire())
+                .await;
             assert!(is_input(&r, *expected), "{lock:?}: {}", describe(&r));
-            let r = tokio::time::timeout(quick, lock.try_acquire()).await;
-            let r = r.unwrap_or_else(|_| panic!("{lock:?}: try_acquire did I/O"));
+            let r = stopped(format!("{lock:?}: try_acquire"))
+                .run(lock.try_acquire())
+                .await;
             assert!(is_input(&r, *expected), "{lock:?}: {}", describe(&r));
-            let r = tokio::time::timeout(quick, lock.acquire_timeout(Duration::from_secs(1))).await;
-            let r = r.unwrap_or_else(|_| panic!("{lock:?}: acquire_timeout did I/O"));
+            let waiting = lock.acquire_timeout(Duration::from_secs(1));
+            let r = stopped(format!("{lock:?}: acquire_timeout"))
+                .run(waiting)
+                .await;
             assert!(is_input(&r, *expected), "{lock:?}: {}", describe(&r));
-            let r = tokio::time::timeout(quick, lock.release()).await;
-            let r = r.unwrap_or_else(|_| panic!("{lock:?}: release did I/O"));
+            let r = stopped(format!("{lock:?}: release"))
+                .run(lock.release())
+                .await;
             assert!(is_input(&r, *expected), "{lock:?}: {}", describe(&r));
         }
         for name in ["", long.as_str()] {
-            let quick = Duration::from_millis(500);
-            let r = tokio::time::timeout(quick, client.status(name))
-                .await
-                .unwrap();
+            let r = stopped(format!("status {name:?}"))
+                .run(client.status(name))
+                .await;
             assert!(matches!(r, Err(Error::InvalidInput(_))), "{}", describe(&r));
-            let r = tokio::time::timeout(quick, client.force_unlock(name))
-                .await
-                .unwrap();
+            let forced = client.force_unlock(name);
+            let r = stopped(format!("force_unlock {name:?}")).run(forced).await;
             assert!(matches!(r, Err(Error::InvalidInput(_))), "{}", describe(&r));
         }
         let urls = d.urls();
         for options in bad_options {
             let connecting = try_connect(&urls, options.clone());
-            let r = tokio::time::timeout(Duration::from_millis(500), connecting)
-                .await
-                .unwrap_or_else(|_| panic!("{options:?}: connect did I/O before refusing"));
+            let r = stopped(format!("{options:?}: connect"))
+                .run(connecting)
+                .await;
             assert!(
                 matches!(r, Err(Error::InvalidInput(_))),
                 "{options:?}: {}",
@@ -1509,9 +1531,7 @@ async fn bad_input_is_refused_before_any_io(d: &dyn Deployment) {
         }
         for urls in d.bad_urls() {
             let connecting = try_connect(&urls, ClientOptions::default());
-            let r = tokio::time::timeout(Duration::from_millis(500), connecting)
-                .await
-                .unwrap_or_else(|_| panic!("{urls:?}: connect did I/O before refusing"));
+            let r = stopped(format!("{urls:?}: connect")).run(connecting).await;
             assert!(
                 matches!(
                     r,
@@ -1525,7 +1545,6 @@ async fn bad_input_is_refused_before_any_io(d: &dyn Deployment) {
         }
     })
     .await;
-    drop(paused);
 
     // Nothing reached the servers: no lock was made under the valid name used above.
     let status = client.status("ok").await.unwrap();

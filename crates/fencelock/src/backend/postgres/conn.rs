@@ -162,15 +162,26 @@ impl Link {
     /// of all its statements, in order, bounded by the response timeout. A request without
     /// a reply in time may still have been carried out: it is never sent again here.
     pub(crate) async fn run(&self, sql: &str) -> Result<Vec<SimpleQueryRow>, Fault> {
+        Ok(self.run_each(sql).await?.into_iter().flatten().collect())
+    }
+
+    /// [`Link::run`], with the rows of each statement apart.
+    pub(crate) async fn run_each(&self, sql: &str) -> Result<Vec<Vec<SimpleQueryRow>>, Fault> {
         let client = self.client().await?;
         match tokio::time::timeout(self.response_timeout, client.simple_query(sql)).await {
-            Ok(Ok(messages)) => Ok(messages
-                .into_iter()
-                .filter_map(|m| match m {
-                    SimpleQueryMessage::Row(row) => Some(row),
-                    _ => None,
-                })
-                .collect()),
+            Ok(Ok(messages)) => {
+                let (mut each, mut rows) = (Vec::new(), Vec::new());
+                for message in messages {
+                    match message {
+                        SimpleQueryMessage::Row(row) => rows.push(row),
+                        SimpleQueryMessage::CommandComplete(_) => {
+                            each.push(std::mem::take(&mut rows))
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(each)
+            }
             Ok(Err(e)) => {
                 if e.is_closed() {
                     self.forget(&client).await;
@@ -192,4 +203,9 @@ pub(crate) fn int(row: &SimpleQueryRow, at: usize) -> Result<i64, Fault> {
     row.get(at)
         .and_then(|v| v.parse().ok())
         .ok_or(Fault::Malformed("expected an integer column"))
+}
+
+/// Column `at` of `row` as text (`None`: SQL NULL).
+pub(crate) fn opt_text(row: &SimpleQueryRow, at: usize) -> Option<String> {
+    row.get(at).map(str::to_owned)
 }

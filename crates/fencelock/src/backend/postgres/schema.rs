@@ -20,7 +20,8 @@
 //!   restarts (the row is never deleted). `kind` and `permits` say what the name is used as
 //!   while it has entries.
 //! - `fencelock_entries`: the name's queue, in arrival order (`token`): one row per
-//!   participant, under its client's lease, gone with the lease.
+//!   participant, under its client's lease, gone with the lease. `attempt` is the random id
+//!   of the attempt that made it: an entry whose reply was lost is found and undone by it.
 
 use std::fmt::Write as _;
 
@@ -37,12 +38,13 @@ CREATE TABLE IF NOT EXISTS "{schema}".fencelock_names (
     name    text PRIMARY KEY,
     token   bigint NOT NULL DEFAULT 0,
     kind    text,
-    permits integer
+    permits bigint
 );
 CREATE TABLE IF NOT EXISTS "{schema}".fencelock_entries (
     name    text NOT NULL,
     token   bigint NOT NULL,
     lease   bigint NOT NULL REFERENCES "{schema}".fencelock_leases (id) ON DELETE CASCADE,
+    attempt bigint NOT NULL,
     owner   text NOT NULL,
     side    text NOT NULL,
     value   text,

@@ -142,8 +142,9 @@ impl Session {
     }
 
     /// Deletes the lease row and its entries: the names' rows locked first (in name order,
-    /// so that two such deletes never deadlock), each name left without entries freed of
-    /// its kind, its waiters notified.
+    /// so that two such deletes never deadlock), each of those names left without another
+    /// lease's entry freed of its kind, their waiters notified. Only the locked names are
+    /// touched: a name another client is entering meanwhile keeps its kind.
     fn delete_sql(&self) -> String {
         let (s, lease) = (&self.schema, self.lease);
         let channel = text(&schema::channel(s));
@@ -152,11 +153,13 @@ impl Session {
                (SELECT name FROM \"{s}\".fencelock_entries WHERE lease = {lease}) \
                ORDER BY name FOR UPDATE;\n\
              WITH gone AS (DELETE FROM \"{s}\".fencelock_entries WHERE lease = {lease} \
-               RETURNING name) \
-             SELECT pg_notify({channel}, name) FROM (SELECT DISTINCT name FROM gone) g;\n\
-             UPDATE \"{s}\".fencelock_names n SET kind = NULL, permits = NULL \
-               WHERE kind IS NOT NULL AND NOT EXISTS \
-               (SELECT 1 FROM \"{s}\".fencelock_entries e WHERE e.name = n.name);\n\
+               RETURNING name), \
+             names AS (SELECT DISTINCT name FROM gone), \
+             freed AS (UPDATE \"{s}\".fencelock_names n SET kind = NULL, permits = NULL \
+               FROM names g WHERE n.name = g.name AND NOT EXISTS \
+               (SELECT 1 FROM \"{s}\".fencelock_entries e \
+                 WHERE e.name = n.name AND e.lease <> {lease}) RETURNING 1) \
+             SELECT pg_notify({channel}, name) FROM names;\n\
              DELETE FROM \"{s}\".fencelock_leases WHERE id = {lease}"
         )
     }
