@@ -29,6 +29,8 @@ mod family;
 mod family_queue;
 #[path = "conformance/multi.rs"]
 mod multi;
+#[path = "conformance/recipes.rs"]
+mod recipes;
 #[path = "conformance/reentry.rs"]
 mod reentry;
 #[path = "conformance/values.rs"]
@@ -63,6 +65,13 @@ use multi::{
     a_multi_lock_gives_back_and_tells_of_any_loss, a_multi_lock_is_all_or_nothing,
     a_multi_lock_returns_only_with_every_lock_held, bad_multi_locks_are_refused_before_any_io,
     multi_locks_in_opposite_orders_never_deadlock,
+};
+use recipes::{
+    a_semaphore_holds_at_most_the_current_n_through_resizes,
+    a_semaphores_n_lives_as_long_as_its_entries,
+    first_acquires_of_one_owner_together_keep_each_hold,
+    tokens_increase_in_holding_order_through_a_downgrade,
+    two_kinds_started_together_give_one_refusal,
 };
 use reentry::{
     a_foreign_owners_reentry_never_waits_behind_the_clients_waiters,
@@ -1999,6 +2008,11 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(a_semaphore_never_has_more_than_n_holders);
     step!(semaphore_order_release_and_resize);
     step!(one_name_is_one_kind);
+    step!(two_kinds_started_together_give_one_refusal);
+    step!(first_acquires_of_one_owner_together_keep_each_hold);
+    step!(a_semaphore_holds_at_most_the_current_n_through_resizes);
+    step!(tokens_increase_in_holding_order_through_a_downgrade);
+    step!(a_semaphores_n_lives_as_long_as_its_entries);
     step!(readers_behind_a_writer_hold_together);
     step!(a_downgrade_keeps_later_writers_out);
     step!(a_dead_clients_reader_and_permit_end_alone);
