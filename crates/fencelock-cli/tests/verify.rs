@@ -212,6 +212,11 @@ async fn verify_multi(backend: &str, seed: &str) {
         let n = holds.iter().filter(|h| h["part"] == part).count();
         assert!(n >= 5, "{n} holds of lock {part}: {}", text(&out));
     }
+    // Issue 33: the report gives each token with its lock's name.
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("verify: a multi-lock on "), "title");
+    let second = format!("lock verify-run-{seed}-1, token ");
+    assert!(html.contains(&second), "no token named by its lock");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,20 +234,33 @@ async fn verify_multi_on_etcd_is_clean() {
     verify_multi("etcd", "33").await;
 }
 
-/// `--primitive multi`'s negative control: without fencing, the paused client's late writes
-/// are taken on both locks' registers, and the checker finds it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verify_multi_without_fencing_shows_violations() {
+/// A run of `primitive` under client pauses without fencing (its own negative control): the
+/// exit status says violations; the run's report.
+async fn unfenced_pauses(primitive: &str) -> (Output, Value) {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--primitive", "multi", "--faults", "pause", "--no-fencing"];
+    let args = [
+        "--primitive",
+        primitive,
+        "--faults",
+        "pause",
+        "--no-fencing",
+    ];
     let out = verify(
         &[&args[..], &["--seed", "5", "--duration", "12s"]].concat(),
         dir.path(),
     )
     .await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let run = &report(dir.path())["runs"][0];
-    assert!(count(run, "lost_updates") >= 1, "{}", text(&out));
+    let run = report(dir.path())["runs"][0].clone();
+    (out, run)
+}
+
+/// `--primitive multi`'s negative control: without fencing, the paused client's late writes
+/// are taken on both locks' registers, and the checker finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_multi_without_fencing_shows_violations() {
+    let (out, run) = unfenced_pauses("multi").await;
+    assert!(count(&run, "lost_updates") >= 1, "{}", text(&out));
 }
 
 /// `--primitive rwlock|semaphore` on a service: clean under client pauses and kills, with
@@ -267,11 +285,108 @@ async fn verify_family(backend: &str, primitive: &str, seed: &str) {
     let run = &report(dir.path())["runs"][0];
     let crowds = run["verdict"]["crowds"].as_array().unwrap();
     assert!(crowds.iter().all(|c| c["fenced"] == true), "{}", text(&out));
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     if primitive == "rwlock" {
         let holds = run["verdict"]["holds"].as_array().unwrap();
         let readers = holds.iter().filter(|h| h["part"] == 1).count();
         assert!(readers >= 3 && holds.len() - readers >= 3, "{}", text(&out));
+        // Issue 33: readers' holds are checked reads, not writes.
+        assert!(html.contains("verify: a read-write lock on "), "title");
+        assert!(html.contains("reader, token ") && html.contains("checked read: its view stood"));
+        assert_counts_agree(&out, run);
+    } else {
+        assert!(
+            html.contains("verify: a semaphore of 2 permits on "),
+            "title"
+        );
+        assert_refused_only_when_deposed(&out, run);
     }
+}
+
+/// Issue 33 (what was found 4): the run's last progress line gives the verdict's counts
+/// (with a read-write lock it counted the readers' checked reads as writes: 49 against 42).
+fn assert_counts_agree(out: &Output, run: &Value) {
+    let v = &run["verdict"];
+    let n = |field: &str, i: usize| v[field][i].as_u64().unwrap();
+    let expected = format!(
+        "run: ended  {} holds (readers and writers), writers' writes {} taken, {} refused, \
+         checked reads {} standing, {} refused",
+        v["holds"].as_array().unwrap().len(),
+        n("writes", 0),
+        n("writes", 1),
+        n("reads", 0),
+        n("reads", 1)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l == expected),
+        "{expected}\n{stdout}"
+    );
+    assert!(n("reads", 0) >= 3, "{stdout}");
+}
+
+/// Issue 33, point 6: a permit holder's write is refused only when its holding was no longer
+/// valid: its client was paused (past its lease) or killed during the hold, or its lost
+/// signal fired. The register that kept the N highest tokens refused valid holders' writes
+/// once two later holders had written, faults or not.
+fn assert_refused_only_when_deposed(out: &Output, run: &Value) {
+    let events = run["events"].as_array().unwrap();
+    let holds = run["verdict"]["holds"].as_array().unwrap();
+    let refused: Vec<&Value> = holds.iter().filter(|h| h["write"] == "rejected").collect();
+    for h in refused {
+        let (client, from, to) = (&h["client"], h["acquired"].as_u64(), h["end"].as_u64());
+        let deposed = events.iter().any(|e| {
+            let during = e["t"].as_u64() >= from && e["t"].as_u64() <= to;
+            let fault = e["event"] == "paused" || e["event"] == "killed";
+            let lost = e["event"] == "lost" && e["token"] == h["token"];
+            (e["client"] == *client && during && fault) || lost
+        });
+        assert!(
+            deposed,
+            "a valid holding's write was refused: {h}\n{}",
+            text(out)
+        );
+    }
+}
+
+/// Issue 33, point 6: without faults, no permit holder's write is refused (the register
+/// that kept the N highest tokens refused 4 before any fault); every count of the last
+/// progress line is the verdict's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_semaphore_without_faults_refuses_no_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--primitive",
+        "semaphore",
+        "--permits",
+        "2",
+        "--faults",
+        "none",
+    ];
+    let run = ["--seed", "55", "--duration", "8s", "--no-control"];
+    let out = verify(&[&args[..], &run[..]].concat(), dir.path()).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let v = &report(dir.path())["runs"][0]["verdict"];
+    let (taken, refused) = (v["writes"][0].as_u64().unwrap(), v["writes"][1].as_u64());
+    assert!(taken >= 10, "{}", text(&out));
+    assert_eq!(refused, Some(0), "{}", text(&out));
+    let expected = format!(
+        "run: ended  {} permits held, permit holders' writes {taken} taken, 0 refused",
+        v["holds"].as_array().unwrap().len()
+    );
+    assert!(
+        text(&out).lines().any(|l| l == expected),
+        "{expected}\n{}",
+        text(&out)
+    );
+}
+
+/// The semaphore's negative control: without fencing, paused permit holders' late writes
+/// are taken although their slots went to later holders, and the checker finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_semaphore_without_fencing_shows_violations() {
+    let (out, run) = unfenced_pauses("semaphore").await;
+    assert!(count(&run, "stale_writes") >= 1, "{}", text(&out));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

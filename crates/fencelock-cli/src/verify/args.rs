@@ -78,8 +78,8 @@ pub enum Primitive {
     /// A read-write lock (`Client::rw_lock`): writers write with their token, readers read
     /// and end with a checked read (refused once a later writer wrote).
     Rwlock,
-    /// A semaphore (`Client::semaphore`) of --permits N: permit holders write a register that
-    /// keeps the N highest tokens and refuses a lower one.
+    /// A semaphore (`Client::semaphore`) of --permits N: permit holders write a register of
+    /// N fenced slots, taken only while the holding has its slot (`permits.lua`).
     Semaphore,
     /// A multi-lock (`Client::multi_lock`) over two locks: each written with its own token.
     Multi,

@@ -34,8 +34,10 @@
 //!   than the reader's had been taken (the reader's view still stood), rejected (fenced)
 //!   otherwise. (a) looks at pairs with at least one writer (readers share); (b), (c), (d)
 //!   and the write counts at writers only.
-//! - semaphore of N: permit holders write one register that keeps the N highest tokens it
-//!   took and refuses a token below all N of them (at least N later permits wrote). (a)
+//! - semaphore of N: permit holders write one register of N fenced slots (`permits.lua`): a
+//!   holding takes a slot when granted and gives it back before its permit, and a write is
+//!   taken only while its holding has its slot; when the semaphore grants a permit while all
+//!   N slots are taken, the lowest tokens (holdings whose lease ran out) lose theirs. (a)
 //!   becomes *crowds*: an instant when more than N holds are open, fenced when at most N of
 //!   them had their write accepted. (d) does not apply (N holders update the register at
 //!   once by design); (b) is the register's own word (control runs).
@@ -200,8 +202,10 @@ pub struct Verdict {
     pub token_breaks: Vec<TokenBreak>,
     /// (d) lost updates, charged to the writes that overwrote them.
     pub lost_updates: Vec<LostUpdate>,
-    /// Writes accepted, rejected.
+    /// Writes accepted, rejected (a read-write lock's writers only: see [`Tally`]).
     pub writes: (usize, usize),
+    /// A read-write lock's checked reads: standing, refused (a later writer wrote).
+    pub reads: (usize, usize),
     /// (e) acquires whose outcome is unknown.
     pub unknown_acquires: usize,
     /// (f) liveness after each fault healed.
@@ -218,6 +222,15 @@ impl Verdict {
     /// Updates lost, in all.
     pub fn updates_lost(&self) -> u64 {
         self.lost_updates.iter().map(|l| l.overwritten).sum()
+    }
+
+    /// Its counts, as the progress line gives them.
+    pub fn tally(&self) -> Tally {
+        Tally {
+            holds: self.holds.len(),
+            writes: self.writes,
+            reads: self.reads,
+        }
     }
 
     /// Overlaps where both writes were accepted (with a semaphore: crowds with more than N
@@ -240,6 +253,36 @@ impl Verdict {
     /// recoveries do not count against it).
     pub fn live(&self) -> bool {
         self.recoveries.iter().all(|r| r.ok != Some(false))
+    }
+}
+
+/// The counts a run's progress line and its verdict both give, from the same events by the
+/// same rule, so that they agree: holds, writes taken and refused, and a read-write lock's
+/// checked reads (a reader's, recorded as its write) standing and refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Holds (a multi-lock's: one per lock).
+    pub holds: usize,
+    /// Writes taken, refused.
+    pub writes: (usize, usize),
+    /// Checked reads standing, refused.
+    pub reads: (usize, usize),
+}
+
+impl Tally {
+    /// Counts `e` under `rule`.
+    pub fn add(&mut self, rule: Rule, e: &Event) {
+        let reader = rule == Rule::ReadWrite && e.part == 1;
+        let count = match reader {
+            true => &mut self.reads,
+            false => &mut self.writes,
+        };
+        match e.kind {
+            Kind::Acquired { .. } => self.holds += 1,
+            Kind::WriteAccepted { .. } => count.0 += 1,
+            Kind::WriteRejected { .. } => count.1 += 1,
+            _ => {}
+        }
     }
 }
 
@@ -291,6 +334,7 @@ fn merge(mut a: Verdict, b: Verdict) -> Verdict {
             overwritten: l.overwritten,
         }));
     a.writes = (a.writes.0 + b.writes.0, a.writes.1 + b.writes.1);
+    a.reads = (a.reads.0 + b.reads.0, a.reads.1 + b.reads.1);
     a
 }
 
@@ -305,15 +349,8 @@ fn check_one(events: &[Event], bounds: Bounds<'_>, rule: Rule) -> Verdict {
     events.sort_by_key(|e| e.t);
     let (holds, unknown_acquires) = holds(&events, bounds.end);
     let writers: Vec<bool> = holds.iter().map(|h| writes(rule, h)).collect();
-    let writing = |i: &usize| writers[*i];
-    let accepted = (0..holds.len())
-        .filter(writing)
-        .filter(|&i| matches!(holds[i].write, Write::Accepted { .. }))
-        .count();
-    let rejected = (0..holds.len())
-        .filter(writing)
-        .filter(|&i| holds[i].write == Write::Rejected)
-        .count();
+    let mut tally = Tally::default();
+    events.iter().for_each(|e| tally.add(rule, e));
     let (overlaps, crowds) = match rule {
         Rule::Permits(n) => (Vec::new(), crowds(&holds, n)),
         _ => (overlaps(&holds, &writers), Vec::new()),
@@ -332,7 +369,8 @@ fn check_one(events: &[Event], bounds: Bounds<'_>, rule: Rule) -> Verdict {
         stale_writes,
         token_breaks: token_breaks(&holds, &writers),
         lost_updates,
-        writes: (accepted, rejected),
+        writes: tally.writes,
+        reads: tally.reads,
         unknown_acquires,
         recoveries: recoveries(&events, bounds),
         observer_breaks: observer_breaks(&events, &holds),

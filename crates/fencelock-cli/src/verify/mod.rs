@@ -14,7 +14,8 @@
 //! - `clients`: the hidden `verify-client` processes and the fleet that drives them.
 //! - `faults`: which faults run or are skipped, their seeded schedule, and running them.
 //! - `events`: the events and the shared clock; `check`: the checker (pure).
-//! - `run`: one run; `report`: JSON and HTML; `progress`: the live line.
+//! - `run`: one run; `report`: JSON and HTML; `progress`: the live line; `words`: each
+//!   primitive's words for them.
 
 mod args;
 mod check;
@@ -27,6 +28,7 @@ mod report;
 mod rng;
 mod run;
 mod servers;
+mod words;
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -98,9 +100,12 @@ async fn verify_with(
     mut skipped: Vec<faults::Skipped>,
     started: &Started,
 ) -> Result<u8, (u8, String)> {
-    let mut progress = Progress::new(Ui {
-        tty: std::io::stdout().is_terminal(),
-    });
+    let contended = words::Contended {
+        primitive: args.primitive,
+        permits: args.permits,
+    };
+    let tty = std::io::stdout().is_terminal();
+    let mut progress = Progress::new(Ui { tty }, contended);
     let mut deployment = start_servers(args, &faults, &progress).await?;
     offered(args, &deployment.urls).await?;
     skip_unavailable(&mut deployment, &mut faults, &mut skipped, &progress);
@@ -151,6 +156,7 @@ async fn verify_with(
         command: command_line(),
         backend: args.backend,
         primitive: args.primitive,
+        permits: (args.primitive == args::Primitive::Semaphore).then_some(args.permits),
         deployment: deployment.description.clone(),
         seed: args.seed,
         clients: args.clients.into(),
@@ -250,7 +256,7 @@ async fn run_all(
             .map_err(|e| (VIOLATIONS, e))?;
         progress.line(&format!(
             "fencelock verify: {}",
-            report::verdict_line(&done)
+            report::verdict_line(&done, template.contended())
         ));
         runs.push(done);
     }

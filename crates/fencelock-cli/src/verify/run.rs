@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::args::Primitive;
+use super::args::{multi_name, Primitive, MULTI_LOCKS};
 use super::check::{check_by, Bounds, Verdict};
 use super::clients::{Fleet, Spec};
 use super::events::{fresh_dir, now, read_dir, Event};
 use super::faults::{inject, Injected, Planned, Target};
 use super::progress::Progress;
 use super::servers::Deployment;
+use super::words::Contended;
 use crate::procs::Started;
 
 /// What one run is.
@@ -46,6 +47,16 @@ pub struct RunSpec<'a> {
     pub permits: u32,
 }
 
+impl RunSpec<'_> {
+    /// What its clients contend for.
+    pub fn contended(&self) -> Contended {
+        Contended {
+            primitive: self.primitive,
+            permits: self.permits,
+        }
+    }
+}
+
 /// What one run saw.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
@@ -59,6 +70,8 @@ pub struct RunReport {
     pub injected: Vec<Injected>,
     /// The deployment's state at the end, where it can change by itself (Sentinel).
     pub servers_after: Option<String>,
+    /// The lock's names, by part (one but with a multi-lock).
+    pub locks: Vec<String>,
     /// The checker's verdict.
     pub verdict: Verdict,
     /// Every event, in time order.
@@ -138,6 +151,7 @@ pub async fn run(
     progress.doing.clear();
     progress.wait_until(until).await;
     fleet.finish(spec.lease * 3 + Duration::from_secs(5)).await;
+    progress.finish();
     let end = now();
     let servers_after = tokio::task::block_in_place(|| deployment.servers.state());
     let events = read_dir(&spec.dir).map_err(|e| format!("cannot read the events: {e}"))?;
@@ -163,6 +177,10 @@ pub async fn run(
         span: (start, end),
         injected,
         servers_after,
+        locks: match spec.primitive {
+            Primitive::Multi => (0..MULTI_LOCKS).map(|p| multi_name(&lock, p)).collect(),
+            _ => vec![lock.clone()],
+        },
         verdict,
         events,
     })

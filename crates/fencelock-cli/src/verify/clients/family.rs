@@ -1,7 +1,8 @@
 //! The registers of the lock family's verify clients (see `check.rs` for what is checked):
-//! a reader's checked read (`checked_read.lua`) and a permit holder's write to a register
-//! that keeps the N highest tokens (`permits.lua`). A multi-lock's writes are the mutex's,
-//! one register per lock (`process.rs`).
+//! a reader's checked read (`checked_read.lua`) and the semaphore's register of N fenced
+//! slots (`permits.lua`, which explains the model): a permit holding enters when granted,
+//! writes while it has its slot, and leaves before it gives its permit back. A multi-lock's
+//! writes are the mutex's, one register per lock (`process.rs`).
 
 use std::sync::LazyLock;
 
@@ -63,10 +64,39 @@ pub async fn checked_read(to: Target<'_>, attempt: u64, token: u64) {
     rec.record(kind);
 }
 
-/// A permit holder's write of `value` with `token` to the register that keeps the `permits`
-/// highest tokens (unfenced: written anyway, `stale` saying whether it would have been
-/// refused).
-pub async fn permit_write(to: Target<'_>, permits: u32, attempt: u64, token: u64, value: u64) {
+/// The key of the slots of the semaphore's register `key`.
+fn slots(key: &str) -> String {
+    format!("{key}:slots")
+}
+
+/// A permit holding takes a slot of the register of `permits` slots (see `permits.lua`).
+/// Whether it got one shows in its write; an error here shows there too.
+pub async fn enter(to: Target<'_>, permits: u32, token: u64) {
+    let _: redis::RedisResult<i64> = PERMITS
+        .key(to.key)
+        .key(slots(to.key))
+        .arg("enter")
+        .arg(token.to_string())
+        .arg(permits)
+        .invoke_async(to.conn)
+        .await;
+}
+
+/// A permit holding gives its slot back, before it gives back its permit. A failure leaves
+/// the slot to be taken by a later holding (as a killed holder's is).
+pub async fn leave(to: Target<'_>, token: u64) {
+    let _: redis::RedisResult<i64> = PERMITS
+        .key(to.key)
+        .key(slots(to.key))
+        .arg("leave")
+        .arg(token.to_string())
+        .invoke_async(to.conn)
+        .await;
+}
+
+/// A permit holder's write of `value` with `token`: taken while its holding has its slot
+/// (unfenced: written anyway, `stale` saying whether it would have been refused).
+pub async fn permit_write(to: Target<'_>, attempt: u64, token: u64, value: u64) {
     to.rec.record(Kind::WriteCall {
         attempt,
         token,
@@ -74,10 +104,10 @@ pub async fn permit_write(to: Target<'_>, permits: u32, attempt: u64, token: u64
     });
     let reply: redis::RedisResult<(i64, i64)> = PERMITS
         .key(to.key)
-        .key(format!("{}:tokens", to.key))
+        .key(slots(to.key))
+        .arg("write")
         .arg(token.to_string())
         .arg(value.to_string())
-        .arg(permits)
         .arg(if to.fenced { "1" } else { "0" })
         .invoke_async(to.conn)
         .await;

@@ -8,8 +8,8 @@
 //! its term and resigns; and for the whole run it observes the election, recording each
 //! leader its observer reports. The lock family (`family.rs`): with `rwlock` each attempt
 //! takes the write side (one in three, seeded) or the read side, and a reader ends with a
-//! checked read instead of a write; with `semaphore` it takes a permit and writes a register
-//! that keeps the N highest tokens; with `multi` it takes two locks and writes each one's
+//! checked read instead of a write; with `semaphore` it takes a permit, enters the register
+//! of N fenced slots, writes it, and leaves it before giving the permit back; with `multi` it takes two locks and writes each one's
 //! register with that lock's token. Events of a reader, or of a multi-lock's second lock,
 //! carry their part (`events.rs`).
 
@@ -211,6 +211,18 @@ struct Ctx {
     rng: Rng,
 }
 
+impl Ctx {
+    /// Where `part`'s family write (a checked read, a permit's) goes.
+    fn target(&mut self, part: u8) -> family::Target<'_> {
+        family::Target {
+            rec: self.rec.part(part),
+            conn: &mut self.conn,
+            key: self.registers[0].key(),
+            fenced: !self.args.no_fencing,
+        }
+    }
+}
+
 /// Runs one verify client.
 pub async fn client(args: ClientArgs) -> u8 {
     let rec = match Recorder::open(&args.events, args.client) {
@@ -342,9 +354,21 @@ async fn one_hold(ctx: &mut Ctx, attempt: u64) {
             rec.record(Kind::Lost { attempt, token });
         }));
     }
+    // A permit holding's slot in the register (see `permits.lua`).
+    let slot = (ctx.args.primitive == Primitive::Semaphore)
+        .then(|| held.first().map(|p| p.token))
+        .flatten();
+    if let Some(token) = slot {
+        let permits = ctx.args.permits;
+        family::enter(ctx.target(0), permits, token).await;
+    }
     critical_section(ctx, attempt, &held).await;
     // Stop watching first: a release ends the guard's life, which is not a loss.
     watchers.iter().for_each(|w| w.abort());
+    if let Some(token) = slot {
+        // The slot goes before the permit, so that a slot is never held without one.
+        family::leave(ctx.target(0), token).await;
+    }
     let ok = holding.release().await.is_ok();
     let parts: Vec<u8> = held.iter().map(|p| p.part).collect();
     record_each(&ctx.rec, &parts, || Kind::Released { attempt, ok });
@@ -379,16 +403,12 @@ async fn critical_section(ctx: &mut Ctx, attempt: u64, held: &[Part]) {
     let hold = ctx.rng.below(ctx.args.hold_max.as_millis() as u64);
     tokio::time::sleep(Duration::from_millis(hold)).await;
     for (p, value) in held.iter().zip(values) {
-        let to = family::Target {
-            rec: ctx.rec.part(p.part),
-            conn: &mut ctx.conn,
-            key: ctx.registers[0].key(),
-            fenced: !ctx.args.no_fencing,
-        };
-        match (ctx.args.primitive, p.part) {
+        let primitive = ctx.args.primitive;
+        let to = ctx.target(p.part);
+        match (primitive, p.part) {
             (Primitive::Rwlock, 1) => family::checked_read(to, attempt, p.token).await,
             (Primitive::Semaphore, _) => {
-                family::permit_write(to, ctx.args.permits, attempt, p.token, value + 1).await
+                family::permit_write(to, attempt, p.token, value + 1).await
             }
             _ => write(ctx, attempt, p.part, p.token, value + 1).await,
         }

@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::args::{Backend, Primitive};
 use super::faults::{Planned, Skipped};
 use super::run::RunReport;
+use super::words::Contended;
 
 /// Everything a verify produced.
 #[derive(Debug, Serialize)]
@@ -22,6 +23,9 @@ pub struct Report {
     pub backend: Backend,
     /// What the clients contended for.
     pub primitive: Primitive,
+    /// A semaphore's number of permits (none for the other primitives).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
     /// What the servers were.
     pub deployment: String,
     /// The seed.
@@ -41,6 +45,16 @@ pub struct Report {
     pub skipped: Vec<Skipped>,
     /// The run, then its negative control.
     pub runs: Vec<RunReport>,
+}
+
+impl Report {
+    /// What the clients contended for.
+    pub fn contended(&self) -> Contended {
+        Contended {
+            primitive: self.primitive,
+            permits: self.permits.unwrap_or(1),
+        }
+    }
 }
 
 /// Whether no fault happened in `run` (none ran, or none took effect).
@@ -63,8 +77,8 @@ pub fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// The verdict of one run in one line.
-pub fn verdict_line(run: &RunReport) -> String {
+/// The verdict of one run in one line, in the words of what it contended for.
+pub fn verdict_line(run: &RunReport, contended: Contended) -> String {
     let v = &run.verdict;
     let safety = if v.safe() { "SAFE" } else { "VIOLATIONS" };
     let liveness = if v.live() {
@@ -73,12 +87,12 @@ pub fn verdict_line(run: &RunReport) -> String {
         "NOT LIVE within the bound"
     };
     format!(
-        "{}{}: {safety}, {liveness}: {} holds, {} overlapping pairs{} ({} unfenced), {} stale \
-         writes accepted, {} token-order breaks, {} lost updates, {} acquires of unknown outcome, \
-         observer breaks {}, writes {} taken / {} refused; faults {}/{} happened",
+        "{}{}: {safety}, {liveness}: {}; {} overlapping pairs{} ({} unfenced), {} stale writes \
+         accepted, {} token-order breaks, {} lost updates, {} acquires of unknown outcome, \
+         observer breaks {}; faults {}/{} happened",
         run.name,
         if run.fencing { "" } else { " (no fencing)" },
-        v.holds.len(),
+        contended.counts(v.tally()),
         v.overlaps.len(),
         match v.crowds.is_empty() {
             true => String::new(),
@@ -90,8 +104,6 @@ pub fn verdict_line(run: &RunReport) -> String {
         v.updates_lost(),
         v.unknown_acquires,
         v.observer_breaks.len(),
-        v.writes.0,
-        v.writes.1,
         run.injected.iter().filter(|i| i.happened).count(),
         run.injected.len()
     )
@@ -121,12 +133,15 @@ h2{break-after:avoid}table,svg,.verdict,.legend{break-inside:avoid}}";
 pub fn html(report: &Report) -> String {
     let mut out = String::new();
     let service = guide::title(report.backend);
+    let contended = report.contended();
+    let what = contended.title();
     let _ = write!(
         out,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"/>\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/><title>fencelock \
-         verify: {service}</title><style>{STYLE}</style></head><body><h1>fencelock verify: {}</h1>\
-         <p>{service} · seed {} · {} clients · lease {} ms · liveness bound {} ms</p>\
+         verify: {what} on {service}</title><style>{STYLE}</style></head><body><h1>fencelock \
+         verify: {what} on {}</h1>\
+         <p>{service} · {what} · seed {} · {} clients · lease {} ms · liveness bound {} ms</p>\
          <p><code>{}</code></p>",
         escape(&report.deployment),
         report.seed,
@@ -148,18 +163,18 @@ pub fn html(report: &Report) -> String {
         let _ = write!(
             out,
             "<div class=\"verdict {class}\">{}{note}</div>",
-            escape(&verdict_line(run))
+            escape(&verdict_line(run, contended))
         );
     }
     summary(&mut out, report);
-    out.push_str(guide::FIGURES);
+    guide::figures(&mut out, contended);
     for run in &report.runs {
-        guide::violations(&mut out, run);
+        guide::violations(&mut out, run, contended);
     }
     guide::recoveries(&mut out, report);
     faults(&mut out, report);
     out.push_str("<h2>Timelines</h2>");
-    out.push_str(guide::LEGEND);
+    guide::legend(&mut out, contended);
     for run in &report.runs {
         let _ = write!(
             out,
@@ -170,7 +185,7 @@ pub fn html(report: &Report) -> String {
             } else {
                 " (no fencing)"
             },
-            svg::timeline(run, report.clients)
+            svg::timeline(run, report.clients, contended)
         );
     }
     out.push_str("</body></html>\n");
@@ -185,61 +200,8 @@ fn summary(out: &mut String, report: &Report) {
         let _ = write!(out, "<th>{} ({fencing})</th>", escape(&run.name));
     }
     out.push_str("</tr>");
-    type Row = (&'static str, fn(&RunReport) -> (String, bool));
-    let rows: [Row; 9] = [
-        ("holds", |r| (r.verdict.holds.len().to_string(), true)),
-        (
-            "(a) overlapping pairs of holds, or crowds past N permits (unfenced)",
-            |r| {
-                let v = &r.verdict;
-                let n = v.unfenced_overlaps();
-                (
-                    format!("{} ({n})", v.overlaps.len() + v.crowds.len()),
-                    n == 0,
-                )
-            },
-        ),
-        ("(b) stale writes accepted", |r| {
-            let n = r.verdict.stale_writes.len();
-            (n.to_string(), n == 0)
-        }),
-        ("(c) token-order breaks", |r| {
-            let n = r.verdict.token_breaks.len();
-            (n.to_string(), n == 0)
-        }),
-        ("(d) lost updates", |r| {
-            let n = r.verdict.updates_lost();
-            (n.to_string(), n == 0)
-        }),
-        ("(e) acquires of unknown outcome", |r| {
-            (r.verdict.unknown_acquires.to_string(), true)
-        }),
-        ("(f) lock acquired again after each fault", |r| {
-            let v = &r.verdict;
-            let ok = v.recoveries.iter().filter(|x| x.ok == Some(true)).count();
-            let unmeasured = v.recoveries.iter().filter(|x| x.ok.is_none()).count();
-            (
-                format!("{ok}/{} ({unmeasured} not measured)", v.recoveries.len()),
-                v.live(),
-            )
-        }),
-        (
-            "(g) election observers' reports out of order or naming another leader",
-            |r| {
-                let v = &r.verdict;
-                let n = v.observer_breaks.len();
-                (format!("{n} of {} reports", v.observed), n == 0)
-            },
-        ),
-        ("writes taken / refused", |r| {
-            (
-                format!("{} / {}", r.verdict.writes.0, r.verdict.writes.1),
-                true,
-            )
-        }),
-    ];
-    for (name, cell) in rows {
-        let _ = write!(out, "<tr><td>{name}</td>");
+    for (name, cell) in rows(report.contended()) {
+        let _ = write!(out, "<tr><td>{}</td>", escape(&name));
         for run in &report.runs {
             let (text, good) = cell(run);
             let class = if good { "good" } else { "bad" };
@@ -248,6 +210,76 @@ fn summary(out: &mut String, report: &Report) {
         out.push_str("</tr>");
     }
     out.push_str("</table>");
+}
+
+/// A cell of the checks table: its text, and whether it is good.
+type Cell = fn(&RunReport) -> (String, bool);
+
+/// The rows of the checks table that apply to `c`, named in its words.
+fn rows(c: Contended) -> Vec<(String, Cell)> {
+    let mut rows: Vec<(String, Cell)> = vec![
+        (c.holds().to_owned(), |r| {
+            (r.verdict.holds.len().to_string(), true)
+        }),
+        (format!("(a) {} (unfenced)", c.overlaps()), |r| {
+            let v = &r.verdict;
+            let n = v.unfenced_overlaps();
+            (
+                format!("{} ({n})", v.overlaps.len() + v.crowds.len()),
+                n == 0,
+            )
+        }),
+        ("(b) stale writes accepted".to_owned(), |r| {
+            let n = r.verdict.stale_writes.len();
+            (n.to_string(), n == 0)
+        }),
+        ("(c) token-order breaks".to_owned(), |r| {
+            let n = r.verdict.token_breaks.len();
+            (n.to_string(), n == 0)
+        }),
+    ];
+    if c.primitive != Primitive::Semaphore {
+        rows.push(("(d) lost updates".to_owned(), |r| {
+            let n = r.verdict.updates_lost();
+            (n.to_string(), n == 0)
+        }));
+    }
+    rows.push(("(e) acquires of unknown outcome".to_owned(), |r| {
+        (r.verdict.unknown_acquires.to_string(), true)
+    }));
+    rows.push((format!("(f) {} again after each fault", c.taken()), |r| {
+        let v = &r.verdict;
+        let ok = v.recoveries.iter().filter(|x| x.ok == Some(true)).count();
+        let unmeasured = v.recoveries.iter().filter(|x| x.ok.is_none()).count();
+        (
+            format!("{ok}/{} ({unmeasured} not measured)", v.recoveries.len()),
+            v.live(),
+        )
+    }));
+    if c.primitive == Primitive::Election {
+        rows.push((
+            "(g) election observers' reports out of order or naming another leader".to_owned(),
+            |r| {
+                let v = &r.verdict;
+                let n = v.observer_breaks.len();
+                (format!("{n} of {} reports", v.observed), n == 0)
+            },
+        ));
+    }
+    rows.push((format!("{} taken / refused", c.writes()), |r| {
+        let w = r.verdict.writes;
+        (format!("{} / {}", w.0, w.1), true)
+    }));
+    if c.primitive == Primitive::Rwlock {
+        rows.push((
+            "readers' checked reads standing / refused".to_owned(),
+            |r| {
+                let w = r.verdict.reads;
+                (format!("{} / {}", w.0, w.1), true)
+            },
+        ));
+    }
+    rows
 }
 
 /// The faults: what happened in each run with its evidence, and what was skipped.

@@ -6,9 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use super::escape;
+use crate::verify::args::Primitive;
 use crate::verify::check::{Hold, Write};
 use crate::verify::events::Kind;
 use crate::verify::run::RunReport;
+use crate::verify::words::Contended;
 
 const LEFT: f64 = 70.0;
 const WIDTH: f64 = 1000.0;
@@ -39,7 +41,7 @@ impl Scale {
 }
 
 /// The SVG for one run with `lanes` clients.
-pub fn timeline(run: &RunReport, lanes: usize) -> String {
+pub fn timeline(run: &RunReport, lanes: usize, c: Contended) -> String {
     let s = Scale {
         start: run.span.0,
         end: run.span.1.max(run.span.0 + 1),
@@ -57,9 +59,9 @@ pub fn timeline(run: &RunReport, lanes: usize) -> String {
     axis(&mut out, &s, lanes);
     faults(&mut out, &s, run, lanes);
     for lane in 0..lanes {
-        lane_group(&mut out, &s, run, lane);
+        lane_group(&mut out, &s, run, lane, c);
     }
-    violations(&mut out, &s, run);
+    violations(&mut out, &s, run, c);
     out.push_str("</svg>");
     out
 }
@@ -148,7 +150,7 @@ fn spans(
     out
 }
 
-fn lane_group(out: &mut String, s: &Scale, run: &RunReport, lane: usize) {
+fn lane_group(out: &mut String, s: &Scale, run: &RunReport, lane: usize, c: Contended) {
     let y = s.lane_y(lane);
     let mid = y + LANE / 2.0 - 2.0;
     let _ = write!(
@@ -169,7 +171,15 @@ fn lane_group(out: &mut String, s: &Scale, run: &RunReport, lane: usize) {
         );
     }
     for h in run.verdict.holds.iter().filter(|h| h.client == lane) {
-        hold(out, s, h, y);
+        let who = c.holding(h.part, h.token, &run.locks);
+        hold(
+            out,
+            s,
+            h,
+            y,
+            &who,
+            c.primitive == Primitive::Rwlock && h.part == 1,
+        );
     }
     let paused = spans(run, lane, |k| *k == Kind::Paused, |k| *k == Kind::Resumed);
     for (a, b) in paused {
@@ -214,20 +224,30 @@ fn lane_group(out: &mut String, s: &Scale, run: &RunReport, lane: usize) {
     out.push_str("</g>");
 }
 
-fn hold(out: &mut String, s: &Scale, h: &Hold, y: f64) {
-    let (fill, what) = match h.write {
-        Write::Accepted { stale: true, .. } => ("#c62828", "stale write accepted"),
-        Write::Accepted { .. } => ("#2e7d32", "write accepted"),
-        Write::Rejected => ("#ef8f00", "write rejected (stale token)"),
-        Write::Failed => ("#6d4c41", "write failed"),
-        Write::None => ("#78909c", "no write"),
+/// Draws hold `h` (`who`: its role and token; `reader`: a read-write lock's reader, whose
+/// checked read is no write).
+fn hold(out: &mut String, s: &Scale, h: &Hold, y: f64, who: &str, reader: bool) {
+    let (fill, what) = match (reader, h.write) {
+        (false, Write::Accepted { stale: true, .. }) => ("#c62828", "stale write accepted"),
+        (false, Write::Accepted { .. }) => ("#2e7d32", "write accepted"),
+        (false, Write::Rejected) => ("#ef8f00", "write rejected (stale token)"),
+        (false, Write::Failed) => ("#6d4c41", "write failed"),
+        (false, Write::None) => ("#78909c", "no write"),
+        (true, Write::Accepted { stale: true, .. }) => (
+            "#c62828",
+            "checked read taken although a later writer wrote",
+        ),
+        (true, Write::Accepted { .. }) => ("#1565c0", "checked read: its view stood"),
+        (true, Write::Rejected) => ("#ffb74d", "checked read refused: a later writer wrote"),
+        (true, Write::Failed) => ("#6d4c41", "checked read failed"),
+        (true, Write::None) => ("#78909c", "no checked read"),
     };
     let (x, w) = (s.x(h.acquired), s.w(h.acquired, h.end));
     let _ = write!(
         out,
-        r#"<rect class="holding" x="{x:.1}" y="{:.1}" width="{w:.1}" height="{BAR}" fill="{fill}" rx="2"><title>token {} held {:.2}–{:.2} s: {what}</title></rect>"#,
+        r#"<rect class="holding" x="{x:.1}" y="{:.1}" width="{w:.1}" height="{BAR}" fill="{fill}" rx="2"><title>{} held {:.2}–{:.2} s: {what}</title></rect>"#,
         y + 3.0,
-        h.token,
+        escape(who),
         s.secs(h.acquired),
         s.secs(h.end)
     );
@@ -252,7 +272,7 @@ fn hold(out: &mut String, s: &Scale, h: &Hold, y: f64) {
 /// A stretch of overlap of one hold: from, to (ns), and the other holder's token.
 type Stretch = (u64, u64, u64);
 
-fn violations(out: &mut String, s: &Scale, run: &RunReport) {
+fn violations(out: &mut String, s: &Scale, run: &RunReport, c: Contended) {
     let v = &run.verdict;
     let outline = |out: &mut String, h: &Hold, from: u64, to: u64, class: &str, why: &str| {
         let _ = write!(
@@ -268,6 +288,7 @@ fn violations(out: &mut String, s: &Scale, run: &RunReport) {
     // One outline per hold and stretch of overlap: a paused holder overlaps every holder
     // that came while it slept, and its lane would be drawn over once per pair.
     let mut spans: BTreeMap<(usize, bool), Vec<Stretch>> = BTreeMap::new();
+    let who = |h: &Hold| c.holding(h.part, h.token, &run.locks);
     for o in &v.overlaps {
         for (me, other) in [(o.holds.0, o.holds.1), (o.holds.1, o.holds.0)] {
             let token = v.holds[other].token;
@@ -286,7 +307,7 @@ fn violations(out: &mut String, s: &Scale, run: &RunReport) {
             ("violation", "VIOLATION: overlap, both writes accepted")
         };
         for (from, to, tokens) in merge(&list) {
-            let why = format!("{what}: token {} with {tokens}", h.token);
+            let why = format!("{what}: {} with token {tokens}", who(h));
             outline(out, h, from, to, class, &why);
         }
     }
@@ -295,8 +316,8 @@ fn violations(out: &mut String, s: &Scale, run: &RunReport) {
         let h = &v.holds[i];
         let at = h.write_returned.unwrap_or(h.end);
         let why = format!(
-            "VIOLATION: token {}'s write (stale, or overwrote updates it had not read)",
-            h.token
+            "VIOLATION: the write of {} (stale, or overwrote updates it had not read)",
+            who(h)
         );
         outline(out, h, h.acquired, at, "violation", &why);
     }
