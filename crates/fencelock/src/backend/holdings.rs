@@ -69,18 +69,53 @@ pub(crate) struct Closing {
     pub(crate) token: u64,
 }
 
-/// Every holding of the client's session.
+/// Every holding of the client's session. One owner may have several holdings of one side
+/// at once: two of its first acquires that ran together each made an entry (no re-entry
+/// was there to find), and each keeps its own, named by its holds: a record is never
+/// overwritten, so no guard is left without one.
 #[derive(Default)]
 pub(crate) struct Holdings {
-    map: Mutex<HashMap<Key, Holding>>,
+    map: Mutex<HashMap<Key, Vec<Holding>>>,
 }
 
 /// A holding's key: lock, owner, side.
 type Key = (String, Arc<str>, Side);
-type Map = HashMap<Key, Holding>;
+type Map = HashMap<Key, Vec<Holding>>;
 
 fn key(name: &str, owner: &Arc<str>, side: Side) -> Key {
     (name.to_owned(), owner.clone(), side)
+}
+
+/// Both sides, the one holding of every other kind first.
+const SIDES: [Side; 2] = [Side::One, Side::Read];
+
+/// The owner's first holding of `side` in `map` that `matches`.
+fn find<'m>(
+    map: &'m mut Map,
+    (name, owner, side): (&str, &Arc<str>, Side),
+    matches: impl Fn(&Holding) -> bool,
+) -> Option<&'m mut Holding> {
+    map.get_mut(&key(name, owner, side))?
+        .iter_mut()
+        .find(|h| matches(h))
+}
+
+/// Removes the owner's holdings of `side` that `matches`, and the key once none is left.
+fn remove(
+    map: &mut Map,
+    (name, owner, side): (&str, &Arc<str>, Side),
+    matches: impl Fn(&Holding) -> bool,
+) -> Vec<Holding> {
+    let key = key(name, owner, side);
+    let Some(list) = map.get_mut(&key) else {
+        return Vec::new();
+    };
+    let (gone, kept) = std::mem::take(list).into_iter().partition(|h| matches(h));
+    *list = kept;
+    if list.is_empty() {
+        map.remove(&key);
+    }
+    gone
 }
 
 impl Holdings {
@@ -92,14 +127,11 @@ impl Holdings {
     /// the new hold's lease from the holding's token. Returns it and the hold count.
     pub(crate) fn reenter(
         &self,
-        (name, owner, side): (&str, &Arc<str>, Side),
+        side: (&str, &Arc<str>, Side),
         make: impl FnOnce(u64) -> (u64, Arc<LeaseState>),
     ) -> Option<(Arc<LeaseState>, u64)> {
         let mut map = self.map();
-        let holding = map.get_mut(&key(name, owner, side))?;
-        if holding.closing {
-            return None;
-        }
+        let holding = find(&mut map, side, |h| !h.closing)?;
         let (id, lease) = make(holding.token);
         holding.holds.push((id, Arc::downgrade(&lease)));
         Some((lease, holding.holds.len() as u64))
@@ -146,11 +178,13 @@ impl Holdings {
         Ok(None)
     }
 
-    /// A new holding with its first hold. One left in the map (its node was deleted, or is
-    /// being deleted) is replaced: the new node being the lowest shows the old one is gone.
+    /// A new holding with its first hold, beside the owner's others (see [`Holdings`]).
+    /// Those of its side being deleted go: a new entry of the owner's that holds shows
+    /// theirs gone or going, and their late settlement must find nothing to end (on etcd
+    /// the new key is the old one's, with another token).
     pub(crate) fn insert(
         &self,
-        (name, owner, side): (&str, &Arc<str>, Side),
+        side: (&str, &Arc<str>, Side),
         path: String,
         lease: &Arc<LeaseState>,
     ) {
@@ -160,16 +194,19 @@ impl Holdings {
             holds: vec![(lease.hold.id, Arc::downgrade(lease))],
             closing: false,
         };
-        self.map().insert(key(name, owner, side), holding);
+        let mut map = self.map();
+        remove(&mut map, side, |h| h.closing);
+        let (name, owner, side) = side;
+        map.entry(key(name, owner, side)).or_default().push(holding);
     }
 
     /// The node or key and the token of the owner's live (not closing) holding of `side`,
     /// if any: a downgrade puts its read entry at its write entry's place (ZooKeeper), or
     /// keeps the write entry as its own (etcd, see [`Holdings::give_back`]).
     pub(crate) fn path(&self, name: &str, owner: &Arc<str>, side: Side) -> Option<(String, u64)> {
-        let map = self.map();
-        let holding = map.get(&key(name, owner, side))?;
-        (!holding.closing).then(|| (holding.path.clone(), holding.token))
+        let mut map = self.map();
+        let holding = find(&mut map, (name, owner, side), |h| !h.closing)?;
+        Some((holding.path.clone(), holding.token))
     }
 
     /// Gives back hold `id` (`None`: the newest of the owner's first holding, the write side
@@ -180,13 +217,13 @@ impl Holdings {
     pub(crate) fn give_back(&self, name: &str, owner: &Arc<str>, id: Option<u64>) -> Step {
         let mut map = self.map();
         let has = |h: &Holding| id.is_none_or(|id| h.holds.iter().any(|(i, _)| *i == id));
-        let side = [Side::One, Side::Read]
+        let side = SIDES
             .into_iter()
-            .find(|side| map.get(&key(name, owner, *side)).is_some_and(has));
+            .find(|side| find(&mut map, (name, owner, *side), has).is_some());
         let Some(side) = side else {
             return Step::NotHeld;
         };
-        let Some(holding) = map.get_mut(&key(name, owner, side)) else {
+        let Some(holding) = find(&mut map, (name, owner, side), has) else {
             return Step::NotHeld;
         };
         if holding.closing {
@@ -210,14 +247,12 @@ impl Holdings {
             Side::One => Side::Read,
             Side::Read => Side::One,
         };
-        let shared = map
-            .get(&key(name, owner, other))
-            .is_some_and(|h| h.path == path && h.token == token && !h.closing);
-        if shared {
-            map.remove(&key(name, owner, side));
+        let same = |h: &Holding| h.path == path && h.token == token && !h.closing;
+        if find(&mut map, (name, owner, other), same).is_some() {
+            remove(&mut map, (name, owner, side), same);
             return Step::Shared;
         }
-        let Some(holding) = map.get_mut(&key(name, owner, side)) else {
+        let Some(holding) = find(&mut map, (name, owner, side), same) else {
             return Step::NotHeld;
         };
         holding.closing = true;
@@ -225,8 +260,8 @@ impl Holdings {
             name: name.to_owned(),
             side,
             owner: owner.clone(),
-            path: holding.path.clone(),
-            token: holding.token,
+            path,
+            token,
         })
     }
 
@@ -234,13 +269,9 @@ impl Holdings {
     /// holding has the same key, with another token). Returns whether it was still there.
     pub(crate) fn end(&self, closing: &Closing) -> bool {
         let mut map = self.map();
-        let key = key(&closing.name, &closing.owner, closing.side);
         let same = |h: &Holding| h.closing && h.path == closing.path && h.token == closing.token;
-        let ended = map.get(&key).is_some_and(same);
-        if ended {
-            map.remove(&key);
-        }
-        ended
+        let side = (closing.name.as_str(), &closing.owner, closing.side);
+        !remove(&mut map, side, same).is_empty()
     }
 
     /// Settles a [`Step::Last`] with the outcome of its delete (`Ok(true)`: deleted,
@@ -269,13 +300,9 @@ impl Holdings {
         let holdings: Vec<Holding> = {
             let mut map = self.map();
             let same = |h: &Holding| h.path == path && h.token == token && !h.closing;
-            [Side::One, Side::Read]
+            SIDES
                 .into_iter()
-                .map(|side| key(name, owner, side))
-                .filter(|k| map.get(k).is_some_and(same))
-                .collect::<Vec<_>>()
-                .into_iter()
-                .filter_map(|k| map.remove(&k))
+                .flat_map(|side| remove(&mut map, (name, owner, side), same))
                 .collect()
         };
         let removed = !holdings.is_empty();
@@ -292,33 +319,36 @@ impl Holdings {
     pub(crate) fn all(&self) -> Vec<(String, Arc<str>, String, u64)> {
         let map = self.map();
         map.iter()
-            .filter(|(_, h)| !h.closing)
-            .map(|((n, o, _), h)| (n.clone(), o.clone(), h.path.clone(), h.token))
+            .flat_map(|((n, o, _), list)| list.iter().map(move |h| (n, o, h)))
+            .filter(|(_, _, h)| !h.closing)
+            .map(|(n, o, h)| (n.clone(), o.clone(), h.path.clone(), h.token))
             .collect()
     }
 
     /// Whether the owner holds the node `path` and is not deleting it.
     #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
     pub(crate) fn live(&self, name: &str, owner: &Arc<str>, path: &str) -> bool {
-        let map = self.map();
-        [Side::One, Side::Read].into_iter().any(|side| {
-            map.get(&key(name, owner, side))
-                .is_some_and(|h| h.path == path && !h.closing)
-        })
+        let mut map = self.map();
+        let same = |h: &Holding| h.path == path && !h.closing;
+        SIDES
+            .into_iter()
+            .any(|side| find(&mut map, (name, owner, side), same).is_some())
     }
 
     /// The owner's hold count on the node `path`, if this client holds it.
     pub(crate) fn count(&self, name: &str, path: &str) -> Option<u64> {
         let map = self.map();
         map.iter()
-            .find(|((n, _, _), h)| n == name && h.path == path)
-            .map(|(_, h)| h.holds.len() as u64)
+            .filter(|((n, _, _), _)| n == name)
+            .flat_map(|(_, list)| list)
+            .find(|h| h.path == path)
+            .map(|h| h.holds.len() as u64)
     }
 
     /// Whether this client holds the lock as `owner`.
     pub(crate) fn holds(&self, name: &str, owner: &Arc<str>) -> bool {
         let map = self.map();
-        [Side::One, Side::Read]
+        SIDES
             .into_iter()
             .any(|side| map.contains_key(&key(name, owner, side)))
     }

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use super::current::{Current, Ends, Opening};
 use super::holdings::{self, Closing, Side};
+use super::queue::recipe::Recipe;
 use super::queue::rule::{self, Queued};
 use super::session_holds::SessionHolds;
 use super::{
@@ -130,6 +131,11 @@ pub(crate) trait SessionLocks: Ends + 'static {
     fn remaining(&self, _head: &Listed) -> impl Future<Output = Option<Duration>> + Send {
         std::future::ready(None)
     }
+    /// Whether a forced unlock of `queue` deletes every entry, the waiters' too: a semaphore
+    /// whose holders are not told apart from its waiters once N was lowered (etcd).
+    fn unlock_all(_queue: &[Listed]) -> bool {
+        false
+    }
     /// An entry's owner as status shows it.
     fn shown(entry: &Listed) -> String {
         entry.owner.clone()
@@ -192,11 +198,13 @@ pub(crate) trait SessionLocks: Ends + 'static {
     }
 }
 
-/// An acquire, as the session service hands it to a session's attempt.
+/// An acquire, as the session service hands it to a session's attempt, with its recipe
+/// (`super::queue::recipe`): a service reads the recipe, never the kind.
 #[derive(Clone, Copy)]
 pub(crate) struct Ask<'a> {
     pub(crate) ctx: &'a Ctx,
     pub(crate) request: &'a LockRequest<'a>,
+    pub(crate) recipe: &'a Recipe<'a>,
     pub(crate) wait: Wait,
 }
 
@@ -336,7 +344,16 @@ impl<S: SessionLocks> LockService for SessionService<S> {
             let session = self.current.live().await?;
             match start(&*session, ctx, request)? {
                 Some(held) => Ok(Acquired::Held(held)),
-                None => session.attempt(Ask { ctx, request, wait }).await,
+                None => {
+                    let recipe = Recipe::of(request);
+                    let ask = Ask {
+                        ctx,
+                        request,
+                        recipe: &recipe,
+                        wait,
+                    };
+                    session.attempt(ask).await
+                }
             }
         })
     }
@@ -485,13 +502,17 @@ fn same_owner(a: &Listed, b: &Listed) -> bool {
 }
 
 /// Deletes every holder's node or key (those holdings only: a read-write lock's readers
-/// all); the next waiters' watches fire and they take the lock.
+/// all; every entry where the service says so, `SessionLocks::unlock_all`); the next
+/// waiters' watches fire and they take the lock.
 async fn force_unlock<S: SessionLocks>(
     session: &S,
     name: &str,
 ) -> Result<Vec<(String, u64)>, Error> {
     let queue = session.queue(name).await?;
-    let held = rule::holding(&queue, same_owner);
+    let held = match S::unlock_all(&queue) {
+        true => queue.len(),
+        false => rule::holding(&queue, same_owner),
+    };
     let mut gone = Vec::new();
     for head in &queue[..held] {
         match session.delete_head(head).await {

@@ -16,10 +16,11 @@ use super::recipe::{self, Entry, Place, Wake};
 use super::session::Fault;
 use super::slots::Slot;
 use super::Inner;
-use crate::backend::queue::rule::{Permits, Sight};
+use crate::backend::queue::recipe::{Primitive, Recipe};
+use crate::backend::queue::rule::Sight;
 use crate::backend::queue::{Driver, Turn};
 use crate::backend::session_service::SessionLocks;
-use crate::backend::{Kind, LockRequest, Wait};
+use crate::backend::{LockRequest, Wait};
 use crate::error::Error;
 
 /// How long a waiter pauses before asking again after a failed request.
@@ -38,11 +39,11 @@ pub(super) struct Attempt {
 pub(super) struct Queue<'a> {
     pub(super) inner: &'a Arc<Inner>,
     pub(super) request: &'a LockRequest<'a>,
+    pub(super) recipe: &'a Recipe<'a>,
     pub(super) dir: String,
-    /// Another primitive's key found ahead of the attempt's own: the attempt fails.
-    pub(super) mixed: std::sync::Mutex<Option<String>>,
-    /// A semaphore's rule, told the stored N at each look.
-    pub(super) permits: Option<&'a Permits>,
+    /// Why the attempt is refused: the name is another kind (its key found ahead of the
+    /// attempt's own, or its kind stored), or a semaphore of another N.
+    pub(super) refused: std::sync::Mutex<Option<Error>>,
     /// How many keys were ahead at the last look (a permit waits for any of them to go).
     pub(super) seen: std::sync::atomic::AtomicUsize,
 }
@@ -55,33 +56,59 @@ impl Queue<'_> {
     /// The attempt is a read-write lock's or a semaphore's: a key of its own, and every
     /// key ahead read at each look.
     fn own_key(&self) -> bool {
-        matches!(
-            self.request.kind,
-            Kind::Read | Kind::Write | Kind::Permit { .. }
-        )
+        !self.recipe.alone()
     }
 
-    /// The primitive whose keys the attempt queues with (`recipe::primitive_of`'s words).
+    /// The primitive whose keys the attempt queues with (`recipe::primitive_of`'s words):
+    /// a mutex and an election share `concurrency`'s layout.
     fn expected(&self) -> &'static str {
-        match self.request.kind {
-            Kind::Read | Kind::Write => "read-write lock",
-            Kind::Permit { .. } => "semaphore",
-            Kind::Mutex | Kind::Leader { .. } => "mutex or election",
+        match self.recipe.primitive {
+            Primitive::Mutex | Primitive::Election => "mutex or election",
+            other => other.words(),
         }
     }
 
     /// The primitive the attempt asks for, in `Error::PrimitiveMismatch`'s words.
     fn asked(&self) -> &'static str {
-        match self.request.kind {
-            Kind::Read | Kind::Write => "read-write lock",
-            Kind::Leader { .. } => "election",
-            Kind::Permit { .. } => "semaphore",
-            Kind::Mutex => "mutex",
+        self.recipe.primitive.words()
+    }
+
+    /// The kind the attempt's transaction checks or stores (see `recipe::Claim`): the
+    /// primitive's words, a semaphore's N.
+    fn value(&self) -> String {
+        match self.recipe.permits {
+            Some((permits, _)) => permits.to_string(),
+            None => self.asked().to_owned(),
         }
     }
 
-    fn mixed(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        self.mixed.lock().unwrap_or_else(|e| e.into_inner())
+    fn refused(&self) -> std::sync::MutexGuard<'_, Option<Error>> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The attempt is refused: the name is `found` (a primitive's words, and where).
+    fn mismatch(&self, found: String) {
+        *self.refused() = Some(Error::PrimitiveMismatch {
+            lock: self.name().to_owned(),
+            asked: self.asked(),
+            found,
+            server: self.inner.session.server.clone(),
+        });
+    }
+
+    /// The name's stored kind refused the attempt: another primitive, or another N.
+    fn stored(&self, value: &str) {
+        let (found, n) = recipe::kind_of(value);
+        if let (Some((permits, _)), Some(n)) = (self.recipe.permits, n) {
+            *self.refused() = Some(Error::PermitsMismatch {
+                lock: self.name().to_owned(),
+                stored: n,
+                asked: permits,
+            });
+            return;
+        }
+        let key = recipe::permits_key(&self.inner.prefix, self.name());
+        self.mismatch(format!("{found} (key {key})"));
     }
 
     /// Whether another primitive's key is among `ahead` (it is kept for the error).
@@ -91,7 +118,8 @@ impl Queue<'_> {
             .iter()
             .find(|e| recipe::primitive_of(&self.dir, &e.key) != expected);
         if let Some(other) = other {
-            *self.mixed() = Some(other.key.clone());
+            let found = recipe::primitive_of(&self.dir, &other.key);
+            self.mismatch(format!("{found} (key {})", other.key));
         }
         other.is_some()
     }
@@ -121,13 +149,25 @@ impl Driver for Queue<'_> {
         _sight: Sight,
     ) -> Result<Option<Vec<Entry>>, Fault> {
         // A mutex's key stores the owner id; an election's the value it advertises.
-        let data = match self.request.kind {
-            Kind::Leader { value } => value,
-            // A permit's key is made by the semaphore, not by this queue.
-            Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => &**self.request.owner,
-        };
+        let data = self.recipe.value;
         let session = &self.inner.session;
-        let created = recipe::create(session, &self.dir, &attempt.key, data).await?;
+        let (kind, value) = (
+            recipe::permits_key(&self.inner.prefix, self.name()),
+            self.value(),
+        );
+        let claim = recipe::Claim {
+            key: &kind,
+            value: &value,
+            resize: self.recipe.resizes(),
+        };
+        let created = recipe::create(session, &self.dir, &attempt.key, data, &claim).await?;
+        let created = match created {
+            recipe::Entered::Created(created) => created,
+            recipe::Entered::Refused(stored) => {
+                self.stored(&stored);
+                return Ok(None);
+            }
+        };
         let mine = created.revision;
         attempt.revision = Some(mine);
         if created.holder.revision == mine {
@@ -155,11 +195,11 @@ impl Driver for Queue<'_> {
         let Some(mine) = attempt.revision else {
             return Ok(None);
         };
-        if self.mixed().is_some() {
+        if self.refused().is_some() {
             return Ok(None);
         }
         if self.own_key() {
-            if let Some(permits) = self.permits {
+            if let Some(permits) = self.recipe.permits_rule() {
                 let key = recipe::permits_key(&self.inner.prefix, self.name());
                 if let Some(n) = recipe::stored_permits(session, &key).await? {
                     permits.set(n);
@@ -198,14 +238,14 @@ impl Driver for Queue<'_> {
     ) -> Result<Turn, Error> {
         // The holder may be this owner in another client (a campaign's owner id is fresh,
         // and an election's keys store values, not owner ids).
-        if self.request.kind == Kind::Mutex {
+        if self.recipe.primitive == Primitive::Mutex {
             self.inner.foreign(self.request.owner, holder)?;
         }
         if matches!(wait, Wait::No) {
             return Ok(Turn::GiveUp);
         }
         let session = &self.inner.session;
-        let woke = match (self.permits, attempt.revision) {
+        let woke = match (self.recipe.permits_rule(), attempt.revision) {
             (Some(permits), Some(mine)) => {
                 let permits_key = recipe::permits_key(&self.inner.prefix, self.name());
                 let seen = recipe::Seen {
@@ -227,9 +267,11 @@ impl Driver for Queue<'_> {
         }
     }
 
+    /// Its key, and the name's kind with it when it was the last key.
     async fn undo(&self, attempt: &mut Attempt) -> Result<(), Fault> {
+        let kind = recipe::permits_key(&self.inner.prefix, self.name());
         let session = &self.inner.session;
-        recipe::delete(session, &attempt.key, attempt.revision)
+        recipe::leave(session, &self.dir, &kind, &attempt.key, attempt.revision)
             .await
             .map(drop)
     }
@@ -237,9 +279,14 @@ impl Driver for Queue<'_> {
     fn undo_later(&self, mut attempt: Attempt) {
         let inner = self.inner.clone();
         let background = inner.background.clone();
+        let (dir, kind) = (
+            self.dir.clone(),
+            recipe::permits_key(&inner.prefix, self.name()),
+        );
         self.inner.background.finish(async move {
             let (key, revision) = (&attempt.key, attempt.revision);
-            if let Err(e) = recipe::delete(&inner.session, key, revision).await {
+            let left = recipe::leave(&inner.session, &dir, &kind, key, revision);
+            if let Err(e) = left.await {
                 background.failed();
                 tracing::warn!(key, error = %e, "undo of a given-up attempt failed; the key goes with the lease");
             }
@@ -259,16 +306,10 @@ impl Driver for Queue<'_> {
         self.inner.fail(Some(self.name()), fault)
     }
 
-    /// Also the end of an attempt that found another primitive's key ahead of its own.
+    /// Also the end of an attempt refused as another kind, or another N.
     fn vanished(&self) -> Error {
-        if let Some(other) = self.mixed().take() {
-            let found = recipe::primitive_of(&self.dir, &other);
-            return Error::PrimitiveMismatch {
-                lock: self.name().to_owned(),
-                asked: self.asked(),
-                found: format!("{found} (key {other})"),
-                server: self.inner.session.server.clone(),
-            };
+        if let Some(refused) = self.refused().take() {
+            return refused;
         }
         Error::Unavailable {
             lock: Some(self.name().to_owned()),

@@ -15,8 +15,8 @@
 //!   the value as the key's value, the lowest create revision leads and is the term): the
 //!   leader, a leader's new value (guarded by its create revision), the follower behind
 //!   `Election::observe`. A campaign is an attempt through the same queue and the same slot
-//!   as a mutex's (one key per name per lease): a mutex holder and a leader of one name
-//!   exclude each other, and so do `etcdctl lock NAME` and `etcdctl elect NAME`.
+//!   as a mutex's (one key per name per lease); the name's stored kind tells them apart
+//!   (`etcdctl lock NAME` and `etcdctl elect NAME`, which store none, join either).
 //! - read-write locks (here, `rw_attempt`) in the layout of etcd's `recipes.RWMutex`:
 //!   `<prefix>/<name>/read/<unique>` and `.../write/<unique>` under the lease, one key per
 //!   attempt (no slot), in create-revision order; a reader holds when no writer key is ahead
@@ -30,17 +30,19 @@
 //! - semaphores (here, `permit`): `<prefix>/<name>/permit/<lease hex>-<unique>` under the
 //!   lease, one key per permit, in create-revision order; a permit holds when fewer than N
 //!   keys are ahead of its own, and waits (a watch of the range's deletions, and one of N's
-//!   key) for any key ahead to go or for N to change. N is the value of
-//!   the key `<prefix>/<name>` (beside the range, without a lease: it outlives the permits,
-//!   until a resize rewrites it), put if absent with the first permit; another N is refused
-//!   (`Error::PermitsMismatch`) unless it resizes. Waiters read N again at each look: a
-//!   lowered N revokes nothing, a waiter holds once fewer than the new N keys are ahead.
-//!   Status counts the first N keys as holders (a permit granted under a larger N shows as a
-//!   waiter after a resize).
-//! - one name, one primitive: a key of another primitive ahead of an attempt's own (a
-//!   `read/`, `write/` or `permit/` key for a mutex, a one-segment key for the others) ends
-//!   it with `Error::PrimitiveMismatch` (`driver`). A mutex and an election share
-//!   `concurrency`'s layout and exclude each other: they are not told apart.
+//!   key) for any key ahead to go or for N to change. N is the value of the key
+//!   `<prefix>/<name>` (beside the range, without a lease), checked or stored in the
+//!   transaction that puts the permit's key (another N is refused, `Error::PermitsMismatch`,
+//!   unless it resizes) and deleted in the one that deletes the range's last key. Waiters
+//!   read N again at each look: a lowered N revokes nothing, a waiter holds once fewer than
+//!   the new N keys are ahead. Status counts the first N keys as holders (a permit granted
+//!   under a larger N shows as a waiter after a resize); a forced unlock deletes them all.
+//! - one name, one primitive: the key `<prefix>/<name>` stores the name's kind (`mutex`,
+//!   `election`, `read-write lock`, a semaphore's N), checked or stored in the transaction
+//!   that puts an attempt's key and deleted with the range's last key (`recipe::Claim`,
+//!   `recipe::leave`): an attempt of another kind puts nothing and fails with
+//!   `Error::PrimitiveMismatch`. A key of another primitive ahead of an attempt's own
+//!   (`etcdctl`'s, which store no kind) ends it the same way (`driver`).
 //! - here: the lease (`Inner`) as a `super::session_service::SessionLocks`, which the shared
 //!   `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with
@@ -60,10 +62,10 @@ use super::current::{Ends, Opening};
 use super::holdings::Closing;
 use super::holdings::Side;
 use super::queue;
-use super::queue::rule::{First, Permits, Reader};
+use super::queue::recipe::{Primitive, Recipe};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, Kind, LockRequest, Released};
+use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, InputError, Warning};
 use crate::watchdog::BoxFuture;
@@ -176,40 +178,50 @@ impl SessionLocks for Inner {
         }
     }
 
-    /// The client's slot for the lock first, then the key (a read-write lock's attempts
-    /// have keys of their own: no slot).
+    /// A downgrade holds at once with the write key as its own (see the module); a mutex's
+    /// and an election's attempt takes the client's slot for the lock first (one key per
+    /// name per lease), then the key; the others put a key of their own.
     async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
-        let Ask { ctx, request, wait } = ask;
+        let Ask {
+            ctx,
+            request,
+            recipe,
+            wait,
+        } = ask;
         let name = &request.lock.name;
-        if matches!(request.kind, Kind::Read | Kind::Write) {
-            return self.rw_attempt(ask).await;
+        if recipe.downgrades {
+            let holdings = &self.session.holds.holdings;
+            if let Some((key, token)) = holdings.path(name, request.owner, Side::One) {
+                let lease = self.hold(ctx, request, key, token);
+                return Ok(Acquired::Held(Held { lease, count: 1 }));
+            }
         }
-        if let Kind::Permit { permits, resize } = request.kind {
-            return self.permit(ask, permits, resize).await;
-        }
-        // An owner of this client waits here for another's holding to end; if the lease ends
-        // first, that holding's slot is never freed in this lease: stop waiting then.
-        let slot = tokio::select! {
-            slot = self.slots.take(name, wait) => slot,
-            () = self.session.holds.ended.cancelled() => return Err(self.fail(Some(name), Fault::Ended)),
-        };
-        let Some(slot) = slot else {
-            return wait.not_acquired(name);
+        let slot = match recipe.alone() {
+            // An owner of this client waits here for another's holding to end; if the lease
+            // ends first, that holding's slot is never freed in this lease: stop waiting then.
+            true => match tokio::select! {
+                slot = self.slots.take(name, wait) => slot,
+                () = self.session.holds.ended.cancelled() => return Err(self.fail(Some(name), Fault::Ended)),
+            } {
+                Some(slot) => Some(slot),
+                None => return wait.not_acquired(name),
+            },
+            false => None,
         };
         let attempt = Attempt {
-            key: recipe::key(&self.prefix, name, self.session.lease),
+            key: self.key_of(name, recipe),
             revision: None,
-            slot: Some(slot),
+            slot,
         };
         let queue = Queue {
             inner: self,
             request,
+            recipe,
             dir: recipe::dir(&self.prefix, name),
-            mixed: Default::default(),
-            permits: None,
+            refused: Default::default(),
             seen: Default::default(),
         };
-        match queue::take(&queue, &First, attempt, wait).await? {
+        match queue::take(&queue, &recipe.holds, attempt, wait).await? {
             Some(mut held) => {
                 let (key, slot) = (std::mem::take(&mut held.key), held.slot.take());
                 let revision = held.revision.unwrap_or_default();
@@ -242,13 +254,20 @@ impl SessionLocks for Inner {
         self.follow(name)
     }
 
-    /// That revision only.
+    /// That revision only (and the name's kind with the last key).
     async fn delete_head(&self, head: &Listed) -> Result<bool, Fault> {
-        recipe::delete(&self.session, &head.path, Some(head.token)).await
+        let (dir, kind) = self.range_of(&head.path);
+        recipe::leave(&self.session, &dir, &kind, &head.path, Some(head.token)).await
     }
 
     async fn remaining(&self, head: &Listed) -> Option<Duration> {
         self.ttl_left(head.session).await
+    }
+
+    /// A semaphore: its permits granted under a larger N look like waiters once N is
+    /// lowered, so every permit key goes (and N with the last).
+    fn unlock_all(queue: &[Listed]) -> bool {
+        queue.iter().any(|e| e.path.contains("/permit/"))
     }
 
     /// Keys of other clients (`etcdctl lock`) store no owner id: their lease stands for it.
@@ -258,95 +277,28 @@ impl SessionLocks for Inner {
 }
 
 impl Inner {
-    /// A read-write lock's attempt: a key of its own (`read/` or `write/`), a reader under
-    /// the reader's rule. A downgrade (the owner holds the write side and asks for the read
-    /// side) holds at once, with the write key as its own: that key stays until both sides
-    /// are given back, so no writer queued meanwhile gets in (CURATOR-621's fault); readers
-    /// queued meanwhile wait for it too (etcd cannot put a key at an older revision).
-    async fn rw_attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
-        let Ask { ctx, request, wait } = ask;
-        let name = &request.lock.name;
-        let holdings = &self.session.holds.holdings;
-        if request.kind == Kind::Read {
-            if let Some((key, token)) = holdings.path(name, request.owner, Side::One) {
-                let lease = self.hold(ctx, request, key, token);
-                return Ok(Acquired::Held(Held { lease, count: 1 }));
-            }
-        }
-        let write = request.kind == Kind::Write;
-        let attempt = Attempt {
-            key: recipe::rw_key(&self.prefix, name, write, self.session.lease),
-            revision: None,
-            slot: None,
-        };
-        let queue = Queue {
-            inner: self,
-            request,
-            dir: recipe::dir(&self.prefix, name),
-            mixed: Default::default(),
-            permits: None,
-            seen: Default::default(),
-        };
-        let taken = match write {
-            true => queue::take(&queue, &First, attempt, wait).await?,
-            false => queue::take(&queue, &Reader, attempt, wait).await?,
-        };
-        match taken {
-            Some(mut held) => {
-                let key = std::mem::take(&mut held.key);
-                let revision = held.revision.unwrap_or_default();
-                Ok(Acquired::Held(
-                    self.held(ctx, request, key, revision, None)?,
-                ))
-            }
-            None => wait.not_acquired(name),
+    /// The key an attempt of `recipe` puts: the layout table from primitive to key
+    /// (`concurrency`'s lease-named key, `recipes.RWMutex`'s `read/` and `write/`, `permit/`).
+    fn key_of(&self, name: &str, recipe: &Recipe<'_>) -> String {
+        let lease = self.session.lease;
+        match recipe.primitive {
+            Primitive::Mutex | Primitive::Election => recipe::key(&self.prefix, name, lease),
+            Primitive::RwLock => recipe::rw_key(&self.prefix, name, !recipe.reader, lease),
+            Primitive::Semaphore => recipe::permit_key(&self.prefix, name, lease),
         }
     }
 
-    /// A semaphore's permit: N stored (or checked: `Error::PermitsMismatch`) in the
-    /// semaphore's key, then a key of its own under `<name>/permit/`, which holds when fewer
-    /// than N keys are ahead of it (N read again at each look: a resize applies to waiters).
-    async fn permit(
-        self: &Arc<Self>,
-        ask: Ask<'_>,
-        permits: u32,
-        resize: bool,
-    ) -> Result<Acquired, Error> {
-        let Ask { ctx, request, wait } = ask;
-        let name = &request.lock.name;
-        let stored_at = recipe::permits_key(&self.prefix, name);
-        let stored = recipe::store_permits(&self.session, &stored_at, permits, resize).await;
-        if let Err(stored) = stored.map_err(|f| self.fail(Some(name), f))? {
-            return Err(Error::PermitsMismatch {
-                lock: name.clone(),
-                stored,
-                asked: permits,
-            });
-        }
-        let attempt = Attempt {
-            key: recipe::permit_key(&self.prefix, name, self.session.lease),
-            revision: None,
-            slot: None,
-        };
-        let rule = Permits::new(permits);
-        let queue = Queue {
-            inner: self,
-            request,
-            dir: recipe::dir(&self.prefix, name),
-            mixed: Default::default(),
-            permits: Some(&rule),
-            seen: Default::default(),
-        };
-        match queue::take(&queue, &rule, attempt, wait).await? {
-            Some(mut held) => {
-                let key = std::mem::take(&mut held.key);
-                let revision = held.revision.unwrap_or_default();
-                Ok(Acquired::Held(
-                    self.held(ctx, request, key, revision, None)?,
-                ))
-            }
-            None => wait.not_acquired(name),
-        }
+    /// The range of lock key `key` and the key that stores its name's kind.
+    pub(super) fn range_of(&self, key: &str) -> (String, String) {
+        let name = key
+            .strip_prefix(&self.prefix)
+            .and_then(|k| k.strip_prefix('/'))
+            .and_then(|k| k.split('/').next())
+            .unwrap_or_default();
+        (
+            recipe::dir(&self.prefix, name),
+            recipe::permits_key(&self.prefix, name),
+        )
     }
 
     /// Refuses to queue behind a holding of the same owner id under another lease: a second

@@ -19,7 +19,12 @@ impl Inner {
     /// holding in the map.
     pub(super) async fn delete_entry(&self, closing: &Closing) -> Result<Released, Fault> {
         let revision = i64::try_from(closing.token).ok();
-        let deleted = match recipe::delete(&self.session, &closing.path, revision).await {
+        let (dir, kind) = (
+            recipe::dir(&self.prefix, &closing.name),
+            recipe::permits_key(&self.prefix, &closing.name),
+        );
+        let left = recipe::leave(&self.session, &dir, &kind, &closing.path, revision).await;
+        let deleted = match left {
             Err(_) if self.session.holds.ended.is_cancelled() => Ok(false),
             deleted => deleted,
         };

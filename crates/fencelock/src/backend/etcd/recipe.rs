@@ -24,7 +24,7 @@
 use std::sync::Arc;
 
 use etcd_client as etcd;
-use etcd_client::proto::{PbKeyValue, PbTxnOpResponse};
+use etcd_client::proto::{PbKeyValue, PbTxnOpResponse, PbTxnResponse};
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 use tokio::time::Instant;
 
@@ -57,45 +57,48 @@ pub(crate) fn permit_key(prefix: &str, name: &str, lease: i64) -> String {
     format!("{}permit/{lease:x}-{unique:016x}", dir(prefix, name))
 }
 
-/// The key that stores semaphore `name`'s number of permits: `<prefix>/<name>`, beside
-/// (not in) the range of its permits, without a lease.
+/// The key that stores name `name`'s kind (a semaphore's: its number of permits, see
+/// [`Claim`]): `<prefix>/<name>`, beside (not in) the range of its entries, without a lease.
 pub(crate) fn permits_key(prefix: &str, name: &str) -> String {
     format!("{prefix}/{name}")
 }
 
-/// What storing a semaphore's N found: stored (or the same), or another N stored.
-pub(crate) type Stored = Result<(), u32>;
+/// What an attempt's transaction decides of its name's kind, in the key `<prefix>/<name>`
+/// (beside the range, without a lease): the kind the name is (`mutex`, `election`,
+/// `read-write lock`, or a semaphore's N in decimal). The transaction that puts the
+/// attempt's key checks it, or stores it when the name is free (no kind stored, or only
+/// one left by entries whose lease ended), and refuses otherwise: one name, one kind,
+/// decided in the one step that enters the queue. The transaction that deletes the range's
+/// last key deletes it too ([`leave`]).
+pub(crate) struct Claim<'a> {
+    /// The key that stores the kind.
+    pub(crate) key: &'a str,
+    /// The kind's value.
+    pub(crate) value: &'a str,
+    /// A semaphore's resize: any semaphore's N is taken over.
+    pub(crate) resize: bool,
+}
 
-/// Stores `n` as the semaphore's number in `key` if none is stored (or if `resize`);
-/// otherwise compares: `Ok(Err(stored))` when another number is stored.
-pub(crate) async fn store_permits(
-    session: &Session,
-    key: &str,
-    n: u32,
-    resize: bool,
-) -> Result<Stored, Fault> {
-    let value = n.to_string();
-    let txn = Txn::new()
-        .when([Compare::version(key, CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(key, value.as_str(), None)])
-        .or_else([TxnOp::get(key, None)]);
-    let reply = session.txn(txn).await?;
-    if reply.succeeded() {
-        return Ok(Ok(()));
-    }
-    let stored = ranges(&reply)?
-        .into_iter()
-        .next()
-        .and_then(|r| r.into_iter().next())
-        .and_then(|e| e.owner.trim().parse::<u32>().ok());
-    match stored {
-        Some(stored) if stored == n => Ok(Ok(())),
-        Some(stored) if !resize => Ok(Err(stored)),
-        _ => {
-            let txn = Txn::new().and_then([TxnOp::put(key, value.as_str(), None)]);
-            session.txn(txn).await?;
-            Ok(Ok(()))
+impl Claim<'_> {
+    /// The comparisons that hold when the name is this kind already.
+    fn same(&self) -> Vec<Compare> {
+        match self.resize {
+            // A semaphore's value is its N in decimal: it starts with a digit.
+            true => vec![
+                Compare::value(self.key, CompareOp::Greater, "/"),
+                Compare::value(self.key, CompareOp::Less, ":"),
+            ],
+            false => vec![Compare::value(self.key, CompareOp::Equal, self.value)],
         }
+    }
+}
+
+/// The stored kind's value as `Error::PrimitiveMismatch` names it, and the N of a
+/// semaphore.
+pub(crate) fn kind_of(value: &str) -> (&str, Option<u32>) {
+    match value.trim().parse::<u32>() {
+        Ok(n) => ("semaphore", Some(n)),
+        Err(_) => (value, None),
     }
 }
 
@@ -103,7 +106,7 @@ pub(crate) async fn store_permits(
 pub(crate) async fn stored_permits(session: &Session, key: &str) -> Result<Option<u32>, Fault> {
     let txn = Txn::new().and_then([TxnOp::get(key, None)]);
     let reply = session.txn(txn).await?;
-    Ok(ranges(&reply)?
+    Ok(ranges(&reply.0)?
         .into_iter()
         .next()
         .and_then(|r| r.into_iter().next())
@@ -175,9 +178,8 @@ pub(crate) fn owner_or_lease(owner: &str, lease: i64) -> String {
 
 /// The key-values of each range answer of a transaction, in order; other answers are
 /// empty. A reply without its answer is malformed (never a panic).
-fn ranges(reply: &etcd::TxnResponse) -> Result<Vec<Vec<Entry>>, Fault> {
+fn ranges(reply: &PbTxnResponse) -> Result<Vec<Vec<Entry>>, Fault> {
     reply
-        .0
         .responses
         .iter()
         .map(|op| match &op.response {
@@ -216,51 +218,143 @@ fn end_of_queue(order: SortOrder) -> GetOptions {
         .with_limit(1)
 }
 
+/// What an attempt's transaction came to: its key put, or the name another kind's.
+pub(crate) enum Entered {
+    Created(Created),
+    /// The name is another kind (the stored kind's value), or another semaphore's N.
+    Refused(String),
+}
+
+/// The branch a transaction (nested in its failure branches) took: whether it succeeded,
+/// and its answers.
+fn taken(mut reply: &PbTxnResponse) -> (bool, &PbTxnResponse) {
+    loop {
+        if reply.succeeded {
+            return (true, reply);
+        }
+        match reply.responses.first().and_then(|r| r.response.as_ref()) {
+            Some(PbTxnOpResponse::ResponseTxn(inner)) => reply = inner,
+            _ => return (false, reply),
+        }
+    }
+}
+
 /// Puts the attempt's key if it is absent, and reads in the same transaction the key just
 /// before it (the newest before the put) and the holder after it: on a free lock the attempt
-/// holds it after one round trip, and a waiter knows what to watch. A key already there is
-/// this client's (the lease is in its name): left by a give-back that failed, or made by a
-/// try whose reply was lost. It is deleted (only that revision of it) and the put tried
-/// again, so that every holding gets a fresh token and a place at the end of the queue.
+/// holds it after one round trip, and a waiter knows what to watch. The name's kind is
+/// decided in the same transaction ([`Claim`]): the key is put only when the name is this
+/// kind, or free (no kind stored, or the range empty), which stores the kind; otherwise
+/// nothing is put. A key already there is this client's (the lease is in its name): left by
+/// a give-back that failed, or made by a try whose reply was lost. It is deleted (only that
+/// revision of it) and the put tried again, so that every holding gets a fresh token and a
+/// place at the end of the queue.
 pub(crate) async fn create(
     session: &Session,
     dir: &str,
     key: &str,
     owner: &str,
-) -> Result<Created, Fault> {
-    for _ in 0..4 {
+    claim: &Claim<'_>,
+) -> Result<Entered, Fault> {
+    let enter = |store: bool| {
         let put = TxnOp::put(
             key,
             owner,
             Some(etcd::PutOptions::new().with_lease(session.lease)),
         );
+        let mut ops = vec![
+            TxnOp::get(dir, Some(end_of_queue(SortOrder::Descend))),
+            put,
+            TxnOp::get(dir, Some(end_of_queue(SortOrder::Ascend))),
+        ];
+        if store {
+            ops.push(TxnOp::put(claim.key, claim.value, None));
+        }
+        ops
+    };
+    let fresh = || Compare::create_revision(key, CompareOp::Equal, 0);
+    for _ in 0..4 {
+        let empty = Compare::create_revision(dir, CompareOp::Equal, 0).with_prefix();
+        let unmarked = Compare::create_revision(claim.key, CompareOp::Equal, 0);
+        let last = Txn::new()
+            .when([fresh(), empty])
+            .and_then(enter(true))
+            .or_else([TxnOp::get(key, None), TxnOp::get(claim.key, None)]);
+        let free = Txn::new()
+            .when([fresh(), unmarked])
+            .and_then(enter(true))
+            .or_else([TxnOp::txn(last)]);
+        let mut same = claim.same();
+        same.push(fresh());
         let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::get(dir, Some(end_of_queue(SortOrder::Descend))),
-                put,
-                TxnOp::get(dir, Some(end_of_queue(SortOrder::Ascend))),
-            ])
-            .or_else([TxnOp::get(key, None)]);
+            .when(same)
+            .and_then(enter(claim.resize))
+            .or_else([TxnOp::txn(free)]);
         let reply = session.txn(txn).await?;
-        let mut found = ranges(&reply)?.into_iter().map(|r| r.into_iter().next());
-        if reply.succeeded() {
+        let (succeeded, answers) = taken(&reply.0);
+        let mut found = ranges(answers)?.into_iter().map(|r| r.into_iter().next());
+        if succeeded {
             let before = found.next().flatten();
             let holder = found.nth(1).flatten();
             let holder = holder.ok_or(Fault::Malformed("the lock's range is empty after a put"))?;
-            return Ok(Created {
+            return Ok(Entered::Created(Created {
                 revision: revision(&reply)?,
                 holder,
                 before,
-            });
+            }));
         }
-        if let Some(old) = found.next().flatten() {
-            delete(session, key, Some(old.revision)).await?;
+        match (found.next().flatten(), found.next().flatten()) {
+            (Some(old), _) => {
+                delete(session, key, Some(old.revision)).await?;
+            }
+            (None, Some(kind)) => return Ok(Entered::Refused(kind.owner)),
+            (None, None) => {}
         }
     }
     Err(Fault::Malformed(
         "the attempt's key stayed in place after four deletes",
     ))
+}
+
+/// The end of the keys that start with `dir` (etcd's prefix end).
+fn prefix_end(dir: &str) -> Vec<u8> {
+    let mut end = dir.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Deletes the entry `key` of range `dir` if it still has create revision `revision` (any
+/// key without one), and, in the same transaction, the name's kind (`kind`, see [`Claim`])
+/// when it was the range's last key: a semaphore's N goes with its last permit. `true` if
+/// the key was deleted.
+pub(crate) async fn leave(
+    session: &Session,
+    dir: &str,
+    kind: &str,
+    key: &str,
+    revision: Option<i64>,
+) -> Result<bool, Fault> {
+    let compare = match revision {
+        Some(rev) => Compare::create_revision(key, CompareOp::Equal, rev),
+        None => Compare::create_revision(key, CompareOp::Greater, 0),
+    };
+    // Every comparison of a transaction reads the state before it: "nothing but this key".
+    let after = format!("{key}\0");
+    let alone = Txn::new()
+        .when([
+            Compare::create_revision(dir, CompareOp::Equal, 0).with_range(key),
+            Compare::create_revision(after, CompareOp::Equal, 0).with_range(prefix_end(dir)),
+        ])
+        .and_then([TxnOp::delete(kind, None)]);
+    let txn = Txn::new()
+        .when([compare])
+        .and_then([TxnOp::delete(key, None), TxnOp::txn(alone)]);
+    let reply = session.txn(txn).await?;
+    Ok(reply.succeeded())
 }
 
 /// Deletes `key` if it still has create revision `revision` (any key without one): `true`
@@ -313,7 +407,7 @@ pub(crate) async fn place(
     if !reply.succeeded() {
         return Ok(None);
     }
-    let mut found = ranges(&reply)?.into_iter().map(|r| r.into_iter().next());
+    let mut found = ranges(&reply.0)?.into_iter().map(|r| r.into_iter().next());
     let (holder, before) = (found.next().flatten(), found.next().flatten());
     Ok(Some(match (holder, before) {
         (Some(holder), Some(before)) if holder.revision < mine => Place::Behind { holder, before },
@@ -346,7 +440,7 @@ pub(crate) async fn ahead(
     if !reply.succeeded() {
         return Ok(None);
     }
-    let mut entries = ranges(&reply)?.into_iter().next().unwrap_or_default();
+    let mut entries = ranges(&reply.0)?.into_iter().next().unwrap_or_default();
     for entry in &mut entries {
         entry.reader = is_reader(dir, &entry.key);
     }
@@ -430,7 +524,7 @@ impl Deletion {
         if !reply.succeeded() {
             return Ok(None);
         }
-        let mut found = ranges(&reply)?.into_iter();
+        let mut found = ranges(&reply.0)?.into_iter();
         let ahead = found.next().map_or(0, |keys| keys.len());
         let n = found.next().and_then(|r| r.into_iter().next());
         let n = n.and_then(|e| e.owner.trim().parse::<u32>().ok());

@@ -21,6 +21,7 @@ use self::rule::{Decision, Rule, Sight};
 use super::Wait;
 use crate::error::Error;
 
+pub(crate) mod recipe;
 pub(crate) mod rule;
 
 /// What one turn of an attempt behind another entry came to.

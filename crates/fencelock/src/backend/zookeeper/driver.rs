@@ -18,10 +18,11 @@ use zookeeper_client as zk;
 use super::quiet::Taken;
 use super::recipe::{self, Entry, Listing, Mark, Node};
 use super::{Inner, RETRY};
+use crate::backend::queue::recipe::Recipe;
 use crate::backend::queue::rule::{Queued, Sight};
 use crate::backend::queue::{Driver, Turn};
 use crate::backend::session_service::SessionLocks;
-use crate::backend::{Kind, LockRequest, Wait};
+use crate::backend::{LockRequest, Wait};
 use crate::error::Error;
 
 /// An attempt's node until it holds the lock or is removed.
@@ -41,17 +42,30 @@ pub(super) struct Attempt {
 pub(super) struct Queue<'a> {
     pub(super) inner: &'a Arc<Inner>,
     pub(super) request: &'a LockRequest<'a>,
+    pub(super) recipe: &'a Recipe<'a>,
     /// The other kind's node found ahead of the attempt's own: the attempt fails.
     pub(super) mixed: std::sync::Mutex<Option<String>>,
+    /// A semaphore's folder found in the lock's folder, to be told apart: made before the
+    /// attempt's node (the attempt fails) or after it (the semaphore's attempt fails).
+    folder: std::sync::Mutex<Option<String>>,
+    /// The semaphore's folders were made after the attempt's node: they are not its matter.
+    later: std::sync::atomic::AtomicBool,
 }
 
 impl<'a> Queue<'a> {
     /// One acquire's view of the queue of `request`'s kind.
-    pub(super) fn new(inner: &'a Arc<Inner>, request: &'a LockRequest<'a>) -> Self {
+    pub(super) fn new(
+        inner: &'a Arc<Inner>,
+        request: &'a LockRequest<'a>,
+        recipe: &'a Recipe<'a>,
+    ) -> Self {
         Self {
             inner,
             request,
+            recipe,
             mixed: std::sync::Mutex::new(None),
+            folder: std::sync::Mutex::new(None),
+            later: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -61,21 +75,14 @@ impl<'a> Queue<'a> {
 
     /// The kind of node the attempt makes.
     fn mark(&self) -> Mark {
-        Mark::of(self.request.kind)
+        Mark::of(self.recipe)
     }
 
     /// The attempt's node: its kind, and its data (the owner id, or the value advertised).
     fn entry(&self) -> Entry<'_> {
-        let data = match self.request.kind {
-            Kind::Leader { value } => value.as_bytes(),
-            // The other kinds are refused before any I/O (`check_kind`).
-            Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => {
-                self.request.owner.as_bytes()
-            }
-        };
         Entry {
             mark: self.mark(),
-            data,
+            data: self.recipe.value.as_bytes(),
         }
     }
 
@@ -100,8 +107,14 @@ impl<'a> Queue<'a> {
         self.park(attempt);
         let node = attempt.node.as_ref()?;
         if let Some((seq, other)) = &listing.other {
-            if i64::try_from(*seq).is_ok_and(|seq| seq < node.seq) {
-                *self.mixed() = Some(format!("{}/{other}", attempt.dir));
+            let path = format!("{}/{other}", attempt.dir);
+            if recipe::SEMAPHORE_CHILDREN.contains(&other.as_str()) {
+                // Its folders have no sequence: they are told apart by creation (`told`).
+                if !self.later.load(std::sync::atomic::Ordering::Relaxed) {
+                    *self.folder.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
+                }
+            } else if i64::try_from(*seq).is_ok_and(|seq| seq < node.seq) {
+                *self.mixed() = Some(path);
                 return None;
             }
         }
@@ -115,6 +128,33 @@ impl<'a> Queue<'a> {
             (Sight::Ends, _) => vec![path(&children[0]), path(&children[at - 1])],
             (Sight::All, _) => children[..at].iter().map(path).collect(),
         })
+    }
+
+    /// The entries ahead as `ahead` found them, unless a semaphore's folder it saw was made
+    /// before the attempt's node: the name was a semaphore first, and the attempt fails
+    /// (`None`). One made after it is the semaphore's attempt's to refuse (see
+    /// `super::semaphore`): both compare the folder's creation with the other's node, so
+    /// two kinds started together give one refusal.
+    async fn told(
+        &self,
+        attempt: &Attempt,
+        ahead: Option<Vec<String>>,
+    ) -> Result<Option<Vec<String>>, zk::Error> {
+        let folder = self.folder.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let (Some(_), Some(node)) = (folder, attempt.node.as_ref()) else {
+            return Ok(ahead);
+        };
+        let made = recipe::made(&self.inner.session, &attempt.dir).await?;
+        match made {
+            Some((czxid, path)) if czxid < node.czxid => {
+                *self.mixed() = Some(path);
+                Ok(None)
+            }
+            _ => {
+                self.later.store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(ahead)
+            }
+        }
     }
 
     /// Whether a failed request is tried again: a waiter outlives a connection loss while its
@@ -180,7 +220,7 @@ impl Driver for Queue<'_> {
         let (inner, dir) = (self.inner, &attempt.dir);
         // The fast path is the mutex's and the election's: a read-write lock's folder may
         // keep this client's other node (a downgrade's reader) after a release.
-        let fast = matches!(self.request.kind, Kind::Mutex | Kind::Leader { .. });
+        let fast = self.recipe.alone();
         let taken = fast.then(|| inner.quiet.take(dir)).flatten();
         if taken.is_none() {
             inner.quiet.end(dir);
@@ -198,7 +238,8 @@ impl Driver for Queue<'_> {
             }
             // Dropped here, which ends the calm before the listing is sent.
         }
-        Ok(listed.and_then(|listing| self.ahead(attempt, listing, sight)))
+        let ahead = listed.and_then(|listing| self.ahead(attempt, listing, sight));
+        self.told(attempt, ahead).await
     }
 
     async fn look(
@@ -210,7 +251,8 @@ impl Driver for Queue<'_> {
             return Ok(None);
         }
         let listing = self.inner.list(&attempt.dir, self.mark()).await?;
-        Ok(self.ahead(attempt, listing, sight))
+        let ahead = self.ahead(attempt, listing, sight);
+        self.told(attempt, ahead).await
     }
 
     /// The first time, it also reads the holder's node, in the same round trip as the

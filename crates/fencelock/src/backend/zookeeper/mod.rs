@@ -25,13 +25,14 @@
 //!   has its node, its `czxid` token and its place; re-entry is counted in the client per
 //!   side, an upgrade is refused (`Error::UpgradeRefused`). A downgrade (write, then read)
 //!   holds at once with a plain ephemeral read node carrying the write node's sequence (as
-//!   Curator does since CURATOR-621): once the write side is given back, later writers stay
-//!   behind it and later readers join it. The fast path (`quiet`) is the mutex's and the
+//!   Curator does since CURATOR-621), and the write node's token (it holds in that turn):
+//!   once the write side is given back, later writers stay behind it, with larger tokens, and
+//!   later readers join it. The fast path (`quiet`) is the mutex's and the
 //!   election's only.
 //! - one name, one primitive: a node of another primitive in the folder ahead of an
-//!   attempt's own (another mark, or a semaphore's `locks`/`leases`) ends it with
-//!   `Error::PrimitiveMismatch` naming both; a semaphore refuses a folder with another
-//!   primitive's nodes (`semaphore`).
+//!   attempt's own (another mark) ends it with `Error::PrimitiveMismatch` naming both; a
+//!   semaphore's folders (`locks`/`leases`, no sequence) are told apart by creation: the
+//!   later of the two fails, on either side (`driver`, `semaphore`).
 //! - here: the session (`Inner`) as a `super::session_service::SessionLocks`, which the
 //!   shared `SessionService` (the `LockService` of ZooKeeper and etcd) runs every operation in.
 //! - `super::holdings`: re-entry, counted in the client per (lock, owner) (shared with etcd).
@@ -53,10 +54,9 @@ use super::current::{Ends, Opening};
 use super::holdings::Closing;
 use super::holdings::Side;
 use super::queue;
-use super::queue::rule::{First, Reader};
 use super::session_holds::SessionHolds;
 use super::session_service::{Ask, Failure, Listed, Service, SessionLocks, SessionService};
-use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, Kind, LockRequest, Released};
+use super::{Acquired, Connected, Connecting, Ctx, Feed, Held, LockRequest, Released};
 use crate::background::Background;
 use crate::error::{Error, Warning};
 use crate::watchdog::BoxFuture;
@@ -185,9 +185,14 @@ impl SessionLocks for Inner {
 
     /// A new node, or the fast path's create alone on a calm folder (see `quiet`).
     async fn attempt(self: &Arc<Self>, ask: Ask<'_>) -> Result<Acquired, Error> {
-        let Ask { ctx, request, wait } = ask;
+        let Ask {
+            ctx,
+            request,
+            recipe,
+            wait,
+        } = ask;
         let name = &request.lock.name;
-        if let Kind::Permit { permits, resize } = request.kind {
+        if let Some((permits, resize)) = recipe.permits {
             return self.permit(ask, permits, resize).await;
         }
         let attempt = Attempt {
@@ -200,23 +205,23 @@ impl SessionLocks for Inner {
             watcher: None,
             fast: None,
         };
-        if request.kind == Kind::Read {
+        if recipe.downgrades {
             let holdings = &self.session.holds.holdings;
-            if let Some((write, _)) = holdings.path(name, request.owner, Side::One) {
-                return self.downgrade(ctx, request, attempt, &write).await;
+            if let Some(write) = holdings.path(name, request.owner, Side::One) {
+                return self.downgrade(ctx, request, attempt, write).await;
             }
         }
-        let queue = Queue::new(self, request);
-        let taken = match request.kind {
-            Kind::Read => queue::take(&queue, &Reader, attempt, wait).await?,
-            _ => queue::take(&queue, &First, attempt, wait).await?,
-        };
-        let Some(held) = taken else {
+        let queue = Queue::new(self, request, recipe);
+        let Some(held) = queue::take(&queue, &recipe.holds, attempt, wait).await? else {
             return wait.not_acquired(name);
         };
         let signal = match (held.fast, held.watcher) {
             (Some(taken), _) => Some(Signal::Fast(taken)),
-            (None, Some((watcher, alone))) => Some(Signal::Queue { watcher, alone }),
+            (None, Some((watcher, alone))) => Some(Signal::Queue {
+                watcher,
+                // The fast path is the mutex's and the election's (see `Queue::enter`).
+                alone: alone && recipe.alone(),
+            }),
             (None, None) => None,
         };
         match (held.node, signal) {
@@ -251,8 +256,15 @@ impl SessionLocks for Inner {
         self.follow(name)
     }
 
+    /// A semaphore's last lease takes its folders and N with it (`semaphore::tidy`).
     async fn delete_head(&self, head: &Listed) -> Result<bool, zk::Error> {
-        match self.session.call(|zk| zk.delete(&head.path, None)).await {
+        let tidy = async {
+            if let Some(semaphore) = semaphore::lease_of(&head.path) {
+                semaphore::tidy(&self.session, semaphore).await;
+            }
+        };
+        let deleted = self.session.call(|zk| zk.delete(&head.path, None));
+        match tokio::join!(deleted, tidy).0 {
             Ok(()) => Ok(true),
             Err(zk::Error::NoNode) => Ok(false),
             Err(e) => Err(e),
@@ -279,13 +291,15 @@ impl Inner {
 
     /// A downgrade: the owner holds the write side (node `write`) and takes the read side at
     /// once, as Curator does, with a plain ephemeral read node at the write node's place
-    /// (`_c_<guid>-__READ__<the write node's digits>`). Its token is its own `czxid`.
+    /// (`_c_<guid>-__READ__<the write node's digits>`). Its token is the write node's: it
+    /// holds in the write holding's turn, and its own `czxid` would be above that of a writer
+    /// queued behind that place, which holds next (tokens out of holding order).
     async fn downgrade(
         self: &Arc<Self>,
         ctx: &Ctx,
         request: &LockRequest<'_>,
         mut attempt: Attempt,
-        write: &str,
+        (write, token): (String, u64),
     ) -> Result<Acquired, Error> {
         let name = &request.lock.name;
         let Some(digits) = write.rsplit(recipe::Mark::Write.text()).next() else {
@@ -298,6 +312,8 @@ impl Inner {
         let made = recipe::create_at(&self.session, dir, guid, data, digits).await;
         let node = made.map_err(|e| self.fail(Some(name), e))?;
         attempt.node = Some(node.clone());
+        let czxid = i64::try_from(token).unwrap_or(node.czxid);
+        let node = Node { czxid, ..node };
         let listed = self.session.call(|zk| zk.list_and_watch_children(dir));
         let (_, watcher) = listed.await.map_err(|e| self.fail(Some(name), e))?;
         let signal = Signal::Queue {
@@ -339,8 +355,7 @@ impl Inner {
                 }
             }
             Signal::Queue { watcher, alone } => {
-                // The fast path is the mutex's and the election's (see `Queue::enter`).
-                if alone && matches!(request.kind, Kind::Mutex | Kind::Leader { .. }) {
+                if alone {
                     self.quiet.candidate(&holder.path);
                 }
                 ctx.background.linger(self.clone().watch(holder, watcher));

@@ -43,7 +43,13 @@ impl Inner {
                 None => None,
             }
         };
-        let (deleted, added) = tokio::join!(self.delete(path), added);
+        // A semaphore's last lease takes its folders and N with it (`semaphore::tidy`).
+        let tidy = async {
+            if let Some(semaphore) = super::semaphore::lease_of(path) {
+                super::semaphore::tidy(&self.session, semaphore).await;
+            }
+        };
+        let (deleted, added, ()) = tokio::join!(self.delete(path), added, tidy);
         abandoned.armed = false;
         let seq = recipe::seq_of(path);
         if let Some(slot) = self

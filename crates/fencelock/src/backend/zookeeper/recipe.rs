@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::session::Session;
-use crate::backend::Kind;
+use crate::backend::queue::recipe::{Primitive, Recipe};
 
 /// Whether a request failed with the connection (lost, silent past the response timeout, or
 /// found dead by `zookeeper-client`, which reports that and I/O failures as `Custom`), not
@@ -69,14 +69,14 @@ const MARKS: [Mark; 5] = [
 pub(crate) const SEMAPHORE_CHILDREN: [&str; 2] = ["locks", "leases"];
 
 impl Mark {
-    /// The mark of an acquire of `kind`.
-    pub(crate) fn of(kind: Kind<'_>) -> Self {
-        match kind {
-            Kind::Leader { .. } => Mark::Latch,
-            Kind::Read => Mark::Read,
-            Kind::Write => Mark::Write,
+    /// The mark of an attempt of `recipe`: the layout table from primitive to node.
+    pub(crate) fn of(recipe: &Recipe<'_>) -> Self {
+        match (recipe.primitive, recipe.reader) {
+            (Primitive::Election, _) => Mark::Latch,
+            (Primitive::RwLock, true) => Mark::Read,
+            (Primitive::RwLock, false) => Mark::Write,
             // A permit's queue is the semaphore's mutex (`semaphore`).
-            Kind::Mutex | Kind::Permit { .. } => Mark::Lock,
+            (Primitive::Mutex | Primitive::Semaphore, _) => Mark::Lock,
         }
     }
 
@@ -427,6 +427,25 @@ pub(crate) struct Watched {
     pub(crate) data: Vec<u8>,
     pub(crate) stat: zk::Stat,
     pub(crate) watcher: zk::OneshotWatcher,
+}
+
+/// When semaphore folder `dir` was made: the lowest creation zxid of its `locks` and
+/// `leases` folders, and that folder's path; `None` without either.
+pub(crate) async fn made(session: &Session, dir: &str) -> Result<Option<(i64, String)>, zk::Error> {
+    let sent = Instant::now();
+    let paths = SEMAPHORE_CHILDREN.map(|c| format!("{dir}/{c}"));
+    let stats = paths.clone().map(|p| session.zk.check_stat(&p));
+    let [locks, leases] = stats;
+    let (locks, leases) = tokio::join!(session.answer(sent, locks), session.answer(sent, leases));
+    let mut made = None;
+    for (stat, path) in [locks?, leases?].into_iter().zip(paths) {
+        if let Some(stat) = stat {
+            if made.as_ref().is_none_or(|(z, _)| stat.czxid < *z) {
+                made = Some((stat.czxid, path));
+            }
+        }
+    }
+    Ok(made)
 }
 
 /// Reads `path` with a watch.

@@ -16,8 +16,14 @@
 //! resizes, which rewrites it (guarded by the data's version). Waiters read it again, with a
 //! watch, at each turn, so a lowered N revokes nothing: holders stay, and a waiter holds
 //! once at most N lease nodes (its own included) are there; a raised N wakes it. Curator keeps its N in the process: a Curator
-//! semaphore of another N is not detected. The folders are containers: once the last node
-//! is gone the server reaps them, and N with them.
+//! semaphore of another N is not detected. N goes with the last entry: a lease node's
+//! delete is followed, in the same round trip, by deletes of the empty folders and the
+//! semaphore's own folder (`tidy`); an N left without entries is taken over (`in_use`).
+//!
+//! One name, one kind: the folders have no sequence among the name's nodes, so a permit
+//! looks at the name's folder while it waits for its lease, and fails when another kind's
+//! node was made before the semaphore's folders (`made`); another kind's attempt fails when
+//! they were made before its node (`super::driver`). Two kinds started together: one refusal.
 
 use std::sync::Arc;
 
@@ -26,6 +32,7 @@ use zookeeper_client as zk;
 
 use super::driver::{Attempt, Queue};
 use super::recipe::{self, Entry, Mark, Node};
+use super::session::Session;
 use super::{Inner, Signal};
 use crate::backend::queue::{self, rule::First};
 use crate::backend::session_service::{Ask, Listed, SessionLocks};
@@ -39,6 +46,43 @@ pub(super) struct Leftovers {
     inner: Arc<Inner>,
     mutex: Option<(String, String, Option<String>)>,
     lease: Option<(String, String, Option<String>)>,
+}
+
+/// What a permit's wait under the semaphore's mutex came to.
+enum Leased {
+    /// Its lease node holds, with the listing's watch.
+    Held(Node, zk::OneshotWatcher),
+    /// No wait, or past the deadline.
+    GaveUp,
+    /// Another primitive's node came first (what was found).
+    Refused(String),
+}
+
+/// Deletes semaphore `dir`'s folders and then the semaphore's own folder, with N, if they
+/// are empty: sent right behind the delete of a lease node (one round trip), so that the
+/// step that deletes the last entry leaves no N behind. Each delete fails alone (not
+/// empty, or gone already): the releaser whose delete came last finds them empty, as its
+/// requests run in order after every other's.
+pub(super) async fn tidy(session: &Session, dir: &str) {
+    let sent = Instant::now();
+    let folders = [
+        format!("{dir}/leases"),
+        format!("{dir}/locks"),
+        dir.to_owned(),
+    ];
+    let deletes: Vec<_> = folders
+        .iter()
+        .map(|path| session.answer(sent, session.zk.delete(path, None)))
+        .collect();
+    for deleted in deletes {
+        // Not empty, gone, or unanswered: nothing to do (a later release tries again).
+        let _ = deleted.await;
+    }
+}
+
+/// Whether `path` is a semaphore's lease node; its semaphore's folder.
+pub(super) fn lease_of(path: &str) -> Option<&str> {
+    path.rsplit_once('/')?.0.strip_suffix("/leases")
 }
 
 impl Leftovers {
@@ -69,6 +113,11 @@ impl Leftovers {
                 background.failed();
                 tracing::warn!(dir, error = %e, "a semaphore attempt's node was not removed; it goes with the session");
             }
+            // The mutex's node too: it may be the last entry, its removal after the lease's.
+            let folder = dir.strip_suffix("/leases").or(dir.strip_suffix("/locks"));
+            if let Some(semaphore) = folder {
+                tidy(&session, semaphore).await;
+            }
         });
     }
 }
@@ -89,7 +138,12 @@ impl Inner {
         permits: u32,
         resize: bool,
     ) -> Result<Acquired, Error> {
-        let Ask { ctx, request, wait } = ask;
+        let Ask {
+            ctx,
+            request,
+            recipe,
+            wait,
+        } = ask;
         let name = &request.lock.name;
         let dir = self.dir(name);
         self.store_permits(name, &dir, permits, resize).await?;
@@ -101,7 +155,7 @@ impl Inner {
             watcher: None,
             fast: None,
         };
-        let queue = Queue::new(self, request);
+        let queue = Queue::new(self, request, recipe);
         let Some(mutex) = queue::take(&queue, &First, mutex, wait).await? else {
             return wait.not_acquired(name);
         };
@@ -117,7 +171,13 @@ impl Inner {
         let mutex = left.mutex.take();
         left.later(mutex);
         match got {
-            Ok(Some((node, watcher))) => {
+            Ok(Leased::Refused(found)) => Err(Error::PrimitiveMismatch {
+                lock: name.clone(),
+                asked: "semaphore",
+                found,
+                server: self.session.server.clone(),
+            }),
+            Ok(Leased::Held(node, watcher)) => {
                 left.lease = None;
                 let signal = Signal::Queue {
                     watcher,
@@ -125,7 +185,7 @@ impl Inner {
                 };
                 Ok(Acquired::Held(self.held(ctx, request, node, signal)?))
             }
-            Ok(None) => wait.not_acquired(name),
+            Ok(Leased::GaveUp) => wait.not_acquired(name),
             Err(e) => Err(self.fail(Some(name), e)),
         }
     }
@@ -142,7 +202,7 @@ impl Inner {
         owner: &[u8],
         permits: u32,
         wait: Wait,
-    ) -> Result<Option<(Node, zk::OneshotWatcher)>, zk::Error> {
+    ) -> Result<Leased, zk::Error> {
         let leases = format!("{dir}/leases");
         let entry = Entry {
             mark: Mark::Lease,
@@ -158,13 +218,16 @@ impl Inner {
                 if !listed.children.iter().any(|c| c == node.name()) {
                     return Err(zk::Error::NoNode);
                 }
-                let (n, resized) = self.stored_and_watched(dir).await?;
+                let (n, resized, others) = self.stored_and_watched(dir).await?;
+                if let Some(found) = self.first(dir, others).await? {
+                    return Ok(Some(Leased::Refused(found)));
+                }
                 let n = n.unwrap_or(permits);
                 if listed.children.len() <= n as usize {
-                    return Ok(Some(Some(listed.watcher)));
+                    return Ok(Some(Leased::Held(node.clone(), listed.watcher)));
                 }
                 if matches!(wait, Wait::No) {
-                    return Ok(Some(None));
+                    return Ok(Some(Leased::GaveUp));
                 }
                 let fired = async {
                     tokio::select! {
@@ -173,11 +236,10 @@ impl Inner {
                     }
                 };
                 let woke = recipe::wait_for(&self.session, fired, wait.deadline()).await?;
-                Ok((!woke).then_some(None))
+                Ok((!woke).then_some(Leased::GaveUp))
             };
             match turn.await {
-                Ok(Some(Some(watcher))) => return Ok(Some((node, watcher))),
-                Ok(Some(None)) => return Ok(None),
+                Ok(Some(leased)) => return Ok(leased),
                 Ok(None) => {}
                 Err(e) if self.again(wait, &e) => tokio::time::sleep(super::RETRY).await,
                 Err(e) => return Err(e),
@@ -229,17 +291,54 @@ impl Inner {
         Ok(listed)
     }
 
-    /// The N stored with the semaphore, if any, and a watch of it (the folder's data). The
-    /// folder holds the waiter's lease node, so it is there.
+    /// The N stored with the semaphore, if any, and a watch of it (the folder's data), and
+    /// the other primitives' nodes in the folder, read in the same round trip. The folder
+    /// holds the waiter's lease node, so it is there.
     async fn stored_and_watched(
         &self,
         dir: &str,
-    ) -> Result<(Option<u32>, zk::OneshotWatcher), zk::Error> {
-        let (data, _, watcher) = self.session.call(|zk| zk.get_and_watch_data(dir)).await?;
+    ) -> Result<(Option<u32>, zk::OneshotWatcher, Vec<String>), zk::Error> {
+        let sent = Instant::now();
+        let data = self.session.zk.get_and_watch_data(dir);
+        let children = self.session.zk.list_children(dir);
+        let (data, children) = tokio::join!(
+            self.session.answer(sent, data),
+            self.session.answer(sent, children)
+        );
+        let (data, _, watcher) = data?;
         let n = std::str::from_utf8(&data)
             .ok()
             .and_then(|s| s.trim().parse().ok());
-        Ok((n, watcher))
+        let others = children?
+            .into_iter()
+            .filter(|c| Mark::of_child(c).is_some())
+            .map(|c| format!("{dir}/{c}"))
+            .collect();
+        Ok((n, watcher, others))
+    }
+
+    /// Whether another primitive's node in the folder (`others`) came before the semaphore's
+    /// folders: the name is that primitive's, and the attempt fails (what was found, for
+    /// the error). One that came after is that attempt's to refuse (`super::driver`): both
+    /// compare the folders' creation with the node's, so two kinds started together give one
+    /// refusal.
+    async fn first(&self, dir: &str, others: Vec<String>) -> Result<Option<String>, zk::Error> {
+        if others.is_empty() {
+            return Ok(None);
+        }
+        let read = self.read_entries(others, |_| false).await?;
+        let Some(other) = read.into_iter().min_by_key(|e| e.token) else {
+            return Ok(None);
+        };
+        let made = recipe::made(&self.session, dir).await?;
+        Ok(match made {
+            Some((czxid, _)) if czxid < other.token => None,
+            _ => {
+                let child = other.path.rsplit('/').next().unwrap_or(&other.path);
+                let found = recipe::primitive_of(child).unwrap_or("another primitive");
+                Some(format!("{found} (node {})", other.path))
+            }
+        })
     }
 
     /// Makes sure the semaphore's folder stores `permits`: creates it with it, or stores it
@@ -264,7 +363,9 @@ impl Inner {
             let stored = String::from_utf8_lossy(&stored).trim().to_owned();
             match (stored.parse::<u32>().ok(), resize) {
                 (Some(n), _) if n == permits => return Ok(()),
-                (Some(n), false) => {
+                // N lives as long as the semaphore's entries: one left in a folder without
+                // any (the server reaps empty folders late) is no semaphore's any more.
+                (Some(n), false) if self.in_use(dir).await.map_err(fail)? => {
                     return Err(Error::PermitsMismatch {
                         lock: name.to_owned(),
                         stored: n,
@@ -298,6 +399,21 @@ impl Inner {
             server: self.session.server.clone(),
             detail: "the semaphore's number of permits kept changing under this attempt".into(),
         })
+    }
+
+    /// Whether the semaphore has entries: a lease node, or a waiter's node in its mutex.
+    async fn in_use(&self, dir: &str) -> Result<bool, zk::Error> {
+        let sent = Instant::now();
+        let stats = recipe::SEMAPHORE_CHILDREN.map(|c| {
+            let path = format!("{dir}/{c}");
+            self.session.answer(sent, self.session.zk.check_stat(&path))
+        });
+        let [locks, leases] = stats;
+        let (locks, leases) = tokio::join!(locks, leases);
+        Ok([locks?, leases?]
+            .into_iter()
+            .flatten()
+            .any(|stat| stat.num_children > 0))
     }
 
     /// The folder's data, stat and children, read in one round trip; `None` without it.
