@@ -160,8 +160,9 @@ impl LeaseState {
             crate::telemetry::lost(lost.label());
         }
         self.finished.store(true, Ordering::Release);
-        self.lost.cancel();
+        // Before the signal: whoever it wakes finds the hold's count ended.
         self.end_meter();
+        self.lost.cancel();
     }
 
     /// The guard gave the lease back: nothing more to renew or to signal to the watchdog.
@@ -169,8 +170,9 @@ impl LeaseState {
     pub(crate) fn finish(&self) {
         let _ = self.reason.set(LostReason::Released);
         self.finished.store(true, Ordering::Release);
-        self.lost.cancel();
+        // Before the signal: whoever it wakes finds the hold's count ended.
         self.end_meter();
+        self.lost.cancel();
     }
 
     /// Released or lost: the watchdog drops it.
