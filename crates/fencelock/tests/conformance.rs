@@ -31,6 +31,10 @@ mod family_queue;
 mod multi;
 #[path = "conformance/recipes.rs"]
 mod recipes;
+#[path = "conformance/reentry.rs"]
+mod reentry;
+#[path = "conformance/values.rs"]
+mod values;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -69,7 +73,14 @@ use recipes::{
     tokens_increase_in_holding_order_through_a_downgrade,
     two_kinds_started_together_give_one_refusal,
 };
+use reentry::{
+    a_foreign_owners_reentry_never_waits_behind_the_clients_waiters,
+    a_reentry_never_waits_behind_the_clients_waiters,
+};
 use tokio::time::Instant;
+use values::{
+    a_standby_takes_over_whatever_its_value, every_value_is_kept_and_handed_over_exactly,
+};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -134,6 +145,9 @@ struct Caps {
     /// Leader elections (`Client::election`) are offered; otherwise every election call fails
     /// with `Error::Unsupported` (RedLock: no server queue to agree on the next leader).
     election: bool,
+    /// A client has one entry per name: its other owners wait in the client for it, and
+    /// leave nothing on the servers while they wait (etcd: the key is named by the lease).
+    client_slot: bool,
 }
 
 #[cfg(feature = "redis")]
@@ -158,6 +172,7 @@ const REDIS: Caps = Caps {
     rw_lock: true,
     semaphore: true,
     downgrade_shares: true,
+    client_slot: false,
 };
 
 /// An entry of a lock on the servers: a holder or a waiter's place (Redis: an owner in the
@@ -623,6 +638,7 @@ mod zk {
         rw_lock: true,
         semaphore: true,
         downgrade_shares: true,
+        client_slot: false,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -821,6 +837,7 @@ mod etcd {
         rw_lock: true,
         semaphore: true,
         downgrade_shares: false,
+        client_slot: true,
     };
 
     fn bad_urls(url: &str) -> Vec<Vec<String>> {
@@ -2013,6 +2030,10 @@ async fn run_all(d: &dyn Deployment, deployment: &str) {
     step!(one_leader_at_a_time_in_arrival_order);
     step!(observers_see_each_leader_in_order);
     step!(a_cut_off_leader_is_told_before_the_next_leads);
+    step!(a_reentry_never_waits_behind_the_clients_waiters);
+    step!(a_foreign_owners_reentry_never_waits_behind_the_clients_waiters);
+    step!(every_value_is_kept_and_handed_over_exactly);
+    step!(a_standby_takes_over_whatever_its_value);
     step!(participants_of_two_clients_lead_one_at_a_time);
     step!(a_forced_unlock_deposes_the_leader);
 }

@@ -532,6 +532,144 @@ async fn a_name_used_as_another_primitive_is_refused_both_ways() {
     assert_eq!(status.owners, vec![(p.owner().to_owned(), 1)]);
     p.release().await.unwrap();
     assert!(keys_left(&server, "kind").is_empty());
+    // A mutex and an election refuse each other too (issue 31, point 2), as on ZooKeeper.
+    let m = a.lock("kind").acquire().await.unwrap();
+    mismatch(
+        b.election("kind").try_campaign("x").await.map(|_| ()),
+        "election",
+        "mutex",
+    );
+    m.release().await.unwrap();
+    let leading = a.election("kind").campaign("v").await.unwrap();
+    mismatch(ok(b.lock("kind").try_acquire().await), "mutex", "election");
+    leading.resign().await.unwrap();
+    assert!(keys_left(&server, "kind").is_empty());
+}
+
+/// A mutex's and an election's waiters whose holding vanished (its lease ran out) keep the
+/// name theirs: the other kind is refused on the free name, and the waiter then holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutex_and_an_election_refuse_each_others_waiters() {
+    let server = server();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let lock_key = "fencelock:{queued-kind}";
+    // A mutex's waiter: an election is refused.
+    let held = a.lock("queued-kind").acquire().await.unwrap();
+    let waiter = b.lock("queued-kind");
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    queued(&server, "queued-kind", 1).await;
+    server.command(&["DEL", lock_key]).unwrap();
+    let refused = a.election("queued-kind").try_campaign("v").await;
+    assert!(
+        matches!(&refused, Err(Error::PrimitiveMismatch { asked: "election", found, .. }) if found == "mutex"),
+        "{:?}",
+        refused.map(|_| ())
+    );
+    drop(held);
+    let g = granted(waiting, "the mutex's waiter holds").await;
+    g.release().await.unwrap();
+    eventually(5.0, "nothing left", || {
+        keys_left(&server, "queued-kind").is_empty()
+    })
+    .await;
+    // An election's standby: a mutex is refused.
+    let leading = a.election("queued-kind").campaign("v").await.unwrap();
+    let standby = {
+        let election = b.election("queued-kind");
+        tokio::spawn(async move { election.campaign("w").await })
+    };
+    queued(&server, "queued-kind", 1).await;
+    server.command(&["DEL", lock_key]).unwrap();
+    let refused = a.lock("queued-kind").try_acquire().await;
+    assert!(
+        matches!(&refused, Err(Error::PrimitiveMismatch { asked: "mutex", found, .. }) if found == "election"),
+        "{:?}",
+        refused.map(|_| ())
+    );
+    drop(leading);
+    let standby = within(10.0, "the standby leads", standby)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(standby.value(), "w");
+    standby.resign().await.unwrap();
+    eventually(5.0, "nothing left", || {
+        keys_left(&server, "queued-kind").is_empty()
+    })
+    .await;
+}
+
+/// The semaphore's N (issue 31, point 4) is the hash's `=k`: it goes with the last entry; an
+/// attempt refused because the name is another kind, or has another N without resize,
+/// stores nothing; a resize counts when its attempt is decided, permit or not; a forced
+/// unlock removes every entry and N.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphores_n_lives_exactly_as_long_as_its_entries() {
+    let server = server();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let stored = |name: &str| {
+        let key = format!("fencelock:{{{name}}}");
+        server.command(&["HGET", &key, "=k"]).unwrap().text()
+    };
+    let fields = |name: &str| {
+        let key = format!("fencelock:{{{name}}}");
+        format!("{:?}", server.command(&["HGETALL", &key]).unwrap())
+    };
+    // N goes with the last permit.
+    let p1 = a.semaphore("n-life", 3).acquire().await.unwrap();
+    let p2 = b.semaphore("n-life", 3).acquire().await.unwrap();
+    assert_eq!(stored("n-life").as_deref(), Some("sem:3"));
+    p1.release().await.unwrap();
+    assert_eq!(stored("n-life").as_deref(), Some("sem:3"));
+    p2.release().await.unwrap();
+    assert!(keys_left(&server, "n-life").is_empty());
+    // Refused as another kind: nothing stored.
+    let m = a.lock("n-kind").acquire().await.unwrap();
+    let before = fields("n-kind");
+    let refused = b.semaphore("n-kind", 2).resize().try_acquire().await;
+    assert!(matches!(refused, Err(Error::PrimitiveMismatch { .. })));
+    assert_eq!(fields("n-kind"), before);
+    m.release().await.unwrap();
+    assert!(keys_left(&server, "n-kind").is_empty());
+    // Another N without resize: nothing stored; with resize, stored though no permit is left.
+    let held = [
+        a.semaphore("n-size", 2).acquire().await.unwrap(),
+        b.semaphore("n-size", 2).acquire().await.unwrap(),
+    ];
+    let before = fields("n-size");
+    let refused = b.semaphore("n-size", 1).try_acquire().await;
+    assert!(matches!(
+        refused,
+        Err(Error::PermitsMismatch {
+            stored: 2,
+            asked: 1,
+            ..
+        })
+    ));
+    assert_eq!(fields("n-size"), before);
+    let busy = b
+        .semaphore("n-size", 1)
+        .resize()
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(busy.is_err(), "a permit of 1 beside two holders");
+    assert_eq!(stored("n-size").as_deref(), Some("sem:1"));
+    // A forced unlock removes the holders, a waiter's place and N.
+    let waiter = a.semaphore("n-size", 1);
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    queued(&server, "n-size", 1).await;
+    let removed = b.force_unlock("n-size").await.unwrap();
+    assert_eq!(removed.len(), 2, "{removed:?}");
+    for permit in &held {
+        within(5.0, "a permit holder is told", permit.lost()).await;
+    }
+    // The waiter, woken, takes the free name afresh (any N): only its own entry is left.
+    let again = granted(waiting, "the waiter holds after the forced unlock").await;
+    assert_eq!(stored("n-size").as_deref(), Some("sem:1"));
+    b.force_unlock("n-size").await.unwrap();
+    assert!(keys_left(&server, "n-size").is_empty());
+    drop(again);
 }
 
 /// A permit holder whose process is SIGKILLed gives its permit back when its lease ends: the

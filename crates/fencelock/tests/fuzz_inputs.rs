@@ -431,3 +431,103 @@ fn lock_durations_are_checked_without_panicking() {
         })
         .unwrap();
 }
+
+/// An election value: anything the API accepts, biased towards what the Redis scripts keep
+/// beside it (a kind marker at its end, `=` field names, spaces, newlines, hex), and long ones.
+fn election_value() -> impl Strategy<Value = String> {
+    let marker = prop_oneof![Just(":r"), Just(":w"), Just(":p")];
+    let long = (0..=fencelock::MAX_VALUE_LEN - 2, marker.clone())
+        .prop_map(|(n, m)| format!("{}{m}", "v".repeat(n)));
+    prop_oneof![
+        ("(?s).{0,40}", marker).prop_map(|(v, m)| format!("{v}{m}")),
+        "=(?s).{0,40}",
+        "[0-9a-f :=\n\r\t]{0,40}",
+        prop::collection::vec(any::<char>(), 0..80).prop_map(String::from_iter),
+        long,
+    ]
+    .prop_filter("at most MAX_VALUE_LEN bytes", |v| {
+        v.len() <= fencelock::MAX_VALUE_LEN
+    })
+}
+
+/// The leader's value as `client` reads it.
+async fn leader_value(client: &Client, name: &str) -> Option<String> {
+    let leader = client.election(name).leader().await.unwrap();
+    leader.map(|l| l.value)
+}
+
+/// Campaigns for `value` on a task; returns once its place is in the server's queue.
+async fn standing_by(
+    server: &fencelock_testkit::RedisServer,
+    client: &Client,
+    name: &str,
+    value: &str,
+) -> tokio::task::JoinHandle<fencelock::Leadership> {
+    let (election, value) = (client.election(name), value.to_owned());
+    let standby = tokio::spawn(async move { election.campaign(&value).await.unwrap() });
+    common::eventually(10.0, "the standby queued", || {
+        common::queue_len(server, name) == 1
+    })
+    .await;
+    standby
+}
+
+/// Election values through the Redis scripts (issue 31, defect 5): whatever value a
+/// participant advertises, it is stored and reported exactly; a standby queued with it is
+/// listed readably by `status`, takes over a lock whose holding vanished (its place read by
+/// the acquire script), and is handed over to (its place read by the release script).
+/// Failed before the fix for values ending in `:r`, `:w` or `:p`.
+#[test]
+fn election_values_are_data_in_the_redis_scripts() {
+    let server = common::server();
+    let rt = runtime();
+    let name = "fuzz-values";
+    let (lock_key, channel) = (
+        format!("fencelock:{{{name}}}"),
+        format!("fencelock:{{{name}}}:released"),
+    );
+    let clients: Vec<Client> = rt.block_on(async {
+        let mut clients = Vec::new();
+        for _ in 0..3 {
+            clients.push(common::client_with(&server, common::short_lease(20_000)).await);
+        }
+        clients
+    });
+    // Few shrinking steps: each runs against the server, whose state a failure leaves
+    // behind (so each case starts from a clean name).
+    let config = Config {
+        max_shrink_iters: 16,
+        ..config(24)
+    };
+    TestRunner::new(config)
+        .run(&(election_value(), election_value()), |(first, second)| {
+            rt.block_on(async {
+                let queue = (format!("{lock_key}:queue"), format!("{lock_key}:waiting"));
+                server
+                    .command(&["DEL", &lock_key, &queue.0, &queue.1])
+                    .unwrap();
+                let leading = clients[0].election(name).campaign(&first).await.unwrap();
+                prop_assert_eq!(leader_value(&clients[2], name).await, Some(first.clone()));
+                let standby = standing_by(&server, &clients[1], name, &second).await;
+                let status = clients[2].status(name).await.unwrap();
+                prop_assert!(status.waiters.iter().all(|w| w.unreadable.is_none()));
+                // The holding vanishes (as at its lease's end); a message wakes the standby.
+                server.command(&["DEL", &lock_key]).unwrap();
+                server.command(&["PUBLISH", &channel, "fuzz"]).unwrap();
+                let standby = common::within(10.0, "the standby takes over", standby)
+                    .await
+                    .unwrap();
+                prop_assert_eq!(standby.value(), second.as_str());
+                prop_assert_eq!(leader_value(&clients[2], name).await, Some(second.clone()));
+                drop(leading);
+                let next = standing_by(&server, &clients[0], name, &first).await;
+                standby.resign().await.unwrap();
+                let next = common::within(10.0, "handed over", next).await.unwrap();
+                prop_assert_eq!(leader_value(&clients[2], name).await, Some(first.clone()));
+                next.resign().await.unwrap();
+                prop_assert!(!common::has_key(&server, name));
+                Ok(())
+            })
+        })
+        .unwrap();
+}

@@ -33,6 +33,9 @@ pub(crate) struct Ask<'a> {
     /// Its keys.
     pub(crate) keys: &'a LockKeys,
     pub(crate) owner: &'a Arc<str>,
+    /// The owner id was given by the user (`Lock::with_owner`): another process may hold
+    /// the lock under it, unknown to this client.
+    pub(crate) explicit_owner: bool,
     pub(crate) lease: Duration,
     /// The watchdog renews the lease (no explicit lease was given).
     pub(crate) renew: bool,
@@ -187,10 +190,9 @@ impl Ask<'_> {
             id,
             token,
         };
-        Held {
-            lease: self.ctx.grant(hold, times.0, times.1),
-            count,
-        }
+        let lease = self.ctx.grant(hold, times.0, times.1);
+        self.family.granted.add(&lease);
+        Held { lease, count }
     }
 
     /// Acquires, waiting until `deadline` (never, if `None`) for the lock.
@@ -201,8 +203,11 @@ impl Ask<'_> {
         // subscribed to the lock's channel tries once first (an uncontended acquire costs one
         // round trip); one that is (a lock contended a moment ago) queues up at once, so that
         // its first attempt can take a place in the server's queue too. (The channel's name
-        // is only made when this client waits for some lock.)
-        let queue_at_once = !waiters.is_idle() && {
+        // is only made when this client waits for some lock.) But an owner that may hold the
+        // lock tries at once: a re-entry (a downgrade, a refused upgrade) is decided by the
+        // server at once, and behind this client's waiters it would wait for them while they
+        // wait for its own holding.
+        let queue_at_once = !waiters.is_idle() && !self.may_hold() && {
             let channel = &self.keys.channel().to_string();
             waiters.has_waiters(channel) || (queues && waiters.is_subscribed(channel))
         };
@@ -246,6 +251,12 @@ impl Ask<'_> {
             wait.leave().await;
         }
         waited
+    }
+
+    /// Whether the owner may hold the lock already: a hold granted to this client holds, or
+    /// the owner id is the user's, which another process may hold the lock under.
+    fn may_hold(&self) -> bool {
+        self.explicit_owner || self.family.granted.holds(self.keys.name(), self.owner)
     }
 
     /// Extends a handed-over hold to the whole lease and waits for `acks` (`WAIT`).

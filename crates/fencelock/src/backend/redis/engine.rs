@@ -7,10 +7,24 @@ use super::redlock::RedLock;
 use super::server::RedisBackend;
 use super::terms::{AcquireReply, Attempt, RenewItem, ReplicaAcks};
 use crate::backend::redis::keys::LockKeys;
-use crate::backend::RawStatus;
-use crate::backend::Released;
+use crate::backend::{Kind, RawStatus, Released};
 use crate::error::Error;
 use crate::lease::{LeaseState, Renewal};
+
+/// An election, for the operations that name no value (`leader`, `proclaim`, `observe`).
+pub(crate) const ELECTION: Kind<'static> = Kind::Leader { value: "" };
+
+/// Why RedLock refuses elections.
+const NO_REDLOCK_ELECTION: &str = "RedLock offers no leader election: its servers keep no wait \
+     queue, and N servers handing a released lock over independently could each pick another \
+     next leader (and value); use one Redis server, a Sentinel set or a Cluster";
+
+/// Why RedLock refuses read-write locks and semaphores.
+const NO_REDLOCK_FAMILY: &str = "RedLock keeps no wait queue, so it cannot serve readers, \
+     writers or permits in arrival order (N servers handing over independently could each \
+     admit others), and a majority per rule cannot bound the holders: readers and permits \
+     granted on different majorities could exceed N or overlap a writer once a server \
+     restarts empty; use one Redis server, a Sentinel set or a Cluster";
 
 /// The engine behind a Redis lock service: one server (plain, Sentinel-managed or a
 /// Cluster), or RedLock over independent servers.
@@ -36,11 +50,27 @@ impl Engine {
         }
     }
 
-    /// The one deployment, if this is not RedLock: elections live there.
-    pub(crate) fn one(&self) -> Option<&RedisBackend> {
+    /// The one deployment, for an operation `what` on a primitive that needs its wait queue:
+    /// every `kind` but the mutex (a campaign, and an election's `leader`, `proclaim` and
+    /// `observe`; a read-write lock's sides; a semaphore's permits). What RedLock refuses is
+    /// decided here alone: it keeps no wait queue, so it serves the mutex alone.
+    pub(crate) fn queued(
+        &self,
+        kind: Kind<'_>,
+        what: &'static str,
+    ) -> Result<&RedisBackend, Error> {
         match self {
-            Engine::One(b) => Some(b),
-            Engine::RedLock(_) => None,
+            Engine::One(b) => Ok(b),
+            Engine::RedLock(_) => Err(Error::Unsupported {
+                service: "Redis",
+                what,
+                why: match kind {
+                    Kind::Leader { .. } => NO_REDLOCK_ELECTION,
+                    Kind::Mutex | Kind::Read | Kind::Write | Kind::Permit { .. } => {
+                        NO_REDLOCK_FAMILY
+                    }
+                },
+            }),
         }
     }
 

@@ -12,8 +12,8 @@
 //!   carry the participant's value (`terms::Attempt::value`), kept by the scripts in the lock's
 //!   slot; `leader` and `proclaim` are a script each; `observe`: a follower task on the
 //!   lock's subscription, shared with `waiters`.
-//! - Read-write locks and semaphores (one deployment; RedLock refuses them, see
-//!   `no_redlock_family`): an acquire whose attempts carry a `terms::Shape` (read, write, a
+//! - Read-write locks and semaphores (one deployment; RedLock refuses them, as every
+//!   primitive but the mutex, in one place: `Engine::queued`): an acquire whose attempts carry a `terms::Shape` (read, write, a
 //!   permit of N) runs `server/family_acquire.lua`; the release, renewal, status and
 //!   force-unlock scripts are the mutex's, which tell a family lock by its `=k` field. The
 //!   layout, in the lock's slot (`server/family.lua` has it in full): the hash's `=k` says
@@ -60,7 +60,8 @@ use std::time::Duration;
 
 use self::abandoned::Abandoned;
 use self::acquire::{Ask, Attempted};
-use self::engine::Engine;
+use self::engine::{Engine, ELECTION};
+use self::granted::Granted;
 use self::keys::LockKeys;
 use self::redlock::RedLock;
 use self::server::RedisBackend;
@@ -84,6 +85,7 @@ mod announce;
 mod conn;
 mod distinct;
 mod engine;
+mod granted;
 pub(crate) mod keys;
 mod observe;
 mod outcome;
@@ -103,6 +105,8 @@ pub(crate) struct RedisFamily {
     waiters: Arc<WaitRegistry>,
     /// Attempts and holds given up whose give-back is not confirmed yet.
     abandoned: Arc<Abandoned>,
+    /// The holds granted to this client, by owner: a re-entry is tried at once.
+    granted: Granted,
 }
 
 impl RedisFamily {
@@ -134,6 +138,7 @@ impl RedisFamily {
             engine: Arc::new(engine),
             waiters,
             abandoned: Arc::default(),
+            granted: Granted::default(),
         };
         Ok((family, warnings))
     }
@@ -164,30 +169,6 @@ impl RedisFamily {
                 }
             }
         });
-    }
-}
-
-/// RedLock's refusal of an election operation (`what`).
-fn no_redlock_election(what: &'static str) -> Error {
-    Error::Unsupported {
-        service: "Redis",
-        what,
-        why: "RedLock offers no leader election: its servers keep no wait queue, and N servers \
-              handing a released lock over independently could each pick another next leader \
-              (and value); use one Redis server, a Sentinel set or a Cluster",
-    }
-}
-
-/// RedLock's refusal of a read-write lock or a semaphore (`what`).
-fn no_redlock_family(what: &'static str) -> Error {
-    Error::Unsupported {
-        service: "Redis",
-        what,
-        why: "RedLock keeps no wait queue, so it cannot serve readers, writers or permits in \
-              arrival order (N servers handing over independently could each admit others), \
-              and a majority per rule cannot bound the holders: readers and permits granted \
-              on different majorities could exceed N or overlap a writer once a server \
-              restarts empty; use one Redis server, a Sentinel set or a Cluster",
     }
 }
 
@@ -235,21 +216,15 @@ impl LockService for RedisFamily {
     }
 
     /// Elections, read-write locks and semaphores on one deployment (server, Sentinel,
-    /// Cluster); RedLock refuses them.
+    /// Cluster); RedLock refuses them (`Engine::queued`).
     fn check_kind(&self, kind: Kind<'_>) -> Result<(), Error> {
-        match kind {
-            Kind::Mutex => Ok(()),
-            Kind::Leader { .. } if self.engine.one().is_none() => {
-                Err(no_redlock_election("Election::campaign"))
-            }
-            Kind::Read | Kind::Write if self.engine.one().is_none() => {
-                Err(no_redlock_family("a read-write lock"))
-            }
-            Kind::Permit { .. } if self.engine.one().is_none() => {
-                Err(no_redlock_family("a semaphore"))
-            }
-            Kind::Leader { .. } | Kind::Read | Kind::Write | Kind::Permit { .. } => Ok(()),
-        }
+        let what = match kind {
+            Kind::Mutex => return Ok(()),
+            Kind::Leader { .. } => "Election::campaign",
+            Kind::Read | Kind::Write => "a read-write lock",
+            Kind::Permit { .. } => "a semaphore",
+        };
+        self.engine.queued(kind, what).map(drop)
     }
 
     fn leader<'a>(
@@ -257,9 +232,7 @@ impl LockService for RedisFamily {
         lock: &'a Arc<LockName>,
     ) -> BoxFuture<'a, Result<Option<Leader>, Error>> {
         Box::pin(async move {
-            let Some(backend) = self.engine.one() else {
-                return Err(no_redlock_election("Election::leader"));
-            };
+            let backend = self.engine.queued(ELECTION, "Election::leader")?;
             let read = backend.leader(&LockKeys::of(lock)).await?;
             Ok(read.map(|(leader, _)| leader))
         })
@@ -273,9 +246,7 @@ impl LockService for RedisFamily {
         value: &'a str,
     ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(async move {
-            let Some(backend) = self.engine.one() else {
-                return Err(no_redlock_election("Leadership::proclaim"));
-            };
+            let backend = self.engine.queued(ELECTION, "Leadership::proclaim")?;
             if backend.proclaim(hold, value).await? {
                 return Ok(());
             }
@@ -286,9 +257,7 @@ impl LockService for RedisFamily {
 
     fn observe<'a>(&'a self, lock: &'a Arc<LockName>) -> BoxFuture<'a, Result<Feed, Error>> {
         Box::pin(async move {
-            if self.engine.one().is_none() {
-                return Err(no_redlock_election("Election::observe"));
-            }
+            self.engine.queued(ELECTION, "Election::observe")?;
             observe::start(&self.engine, &self.waiters, LockKeys::of(lock)).await
         })
     }
@@ -307,6 +276,7 @@ impl LockService for RedisFamily {
                 lock: request.lock,
                 keys: &keys,
                 owner: request.owner,
+                explicit_owner: request.explicit_owner,
                 lease: request.lease,
                 renew: request.renew,
                 acks: request

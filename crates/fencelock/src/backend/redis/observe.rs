@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::engine::Engine;
+use super::engine::{Engine, ELECTION};
 use super::keys::LockKeys;
 use super::waiters::{WaitRegistry, Watching};
 use crate::backend::{Feed, Leader};
@@ -36,13 +36,7 @@ struct Seen {
 /// reply arrived (the server's clock read it earlier, so the lease ends by then), plus 1 ms
 /// for the server's rounding to whole ms.
 async fn read(engine: &Engine, keys: &LockKeys) -> Result<Seen, Error> {
-    let Some(backend) = engine.one() else {
-        return Err(Error::Protocol {
-            lock: Some(keys.name().to_owned()),
-            server: engine.server(),
-            detail: "RedLock keeps no election".into(),
-        });
-    };
+    let backend = engine.queued(ELECTION, "Election::observe")?;
     let read = backend.leader(keys).await?;
     let now = Instant::now();
     Ok(match read {

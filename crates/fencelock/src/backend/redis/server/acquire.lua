@@ -27,7 +27,9 @@
 --          future): their holds and places are given back first, so that none counts as a
 --          re-entry of this one
 -- Returns {1, hold count, token} when acquired, {0, remaining lease in ms} when held by another,
--- {-1, kind} when the name is a read-write lock's or a semaphore's (its '=k': family.lua).
+-- {-1, kind} when the name is used as another primitive: a read-write lock's or a semaphore's
+-- (its '=k': family.lua, or its places), a mutex's for an election's participant and an
+-- election's for a mutex's attempt (its '=v', or its places). A refusal changes nothing.
 -- Sent again with the same attempt id, it changes nothing and gives the same answer.
 local proposal, window, claim = ARGV[5] or '', tonumber(ARGV[6] or ''), ARGV[7] or ''
 -- A proposed token means RedLock, whose servers keep no queue: release messages always go out.
@@ -45,6 +47,11 @@ if pttl ~= -2 or #ARGV >= gave_up then
   list, marked, k.elected = fields[1], fields[2], fields[3]
   if fields[4] then
     return {-1, fields[4]} -- a read-write lock's or a semaphore's ('=k': family.lua)
+  end
+  -- One name, one kind: an election's holding advertises a value ('=v', data in a field of
+  -- its own), a mutex's none; each refuses the other.
+  if pttl ~= -2 and (k.elected ~= false) ~= (value ~= nil) then
+    return {-1, (k.elected and 'election') or 'mutex'}
   end
 end
 if #ARGV >= gave_up then
@@ -114,12 +121,13 @@ local token = plan_token(k.fence, (proposal ~= '' and proposal) or now_us())
 -- its release hands it over.
 local others = queue_length(k)
 if others > 0 then
-  -- A read-write lock's or a semaphore's waiters (their places end with ':r', ':w' or ':p':
-  -- family.lua) outlived its holdings: the name is theirs.
-  local place = redis.call('HGET', k.waiting, redis.call('LINDEX', k.queue, 0) or '') or ''
-  local family = string.match(place, ':([rwp])$')
-  if family then
-    return {-1, (family == 'p' and 'sem:') or 'rw'}
+  -- The queue's places outlived its holding: the name is theirs. Every place was taken
+  -- while a holding of its own kind held, so the first one tells the queue's kind (read
+  -- from its fields, never from an election's value: parse_place).
+  local place = redis.call('HGET', k.waiting, redis.call('LINDEX', k.queue, 0) or '')
+  local _, _, _, _, kind = parse_place(place)
+  if kind and kind ~= ((value and 'election') or 'mutex') then
+    return {-1, kind}
   end
 end
 if leave_queue(k, owner) then

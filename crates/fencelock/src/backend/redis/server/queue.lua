@@ -20,20 +20,31 @@ local function marked_length(k, marked)
   return 0
 end
 
--- Parses a place ('attempt window_ms since_us client', followed by ' value' for an
--- election's participant): the attempt, the window, when it was taken, the id of the client
--- whose channel hears the handover, and the value (nil for a mutex; any bytes, spaces too).
+-- Parses a place field by field, from the left: 'attempt window_ms since_us client' (a
+-- mutex's waiter), followed by ' value' for an election's participant, or by ':r', ':w' or
+-- ':p' right after the client id (hex, so no value can end it) for a read-write lock's or a
+-- semaphore's (family.lua). The value is the last field and data: any bytes, spaces,
+-- newlines and ':r' too; nothing reads markers in it. Returns the attempt, the window, when
+-- it was taken, the id of the client whose channel hears the handover, what the place is
+-- for ('mutex', 'election', 'rw' or 'sem:', in the words of an acquire's refusal) and the
+-- value (nil but for an election); nothing when the place is none of these.
 local function parse_place(place)
   local attempt, window, since, client, rest =
     string.match(place or '', '^(%d+) (%d+) (%d+) (%x+)(.*)$')
-  local value = nil
-  if rest and rest ~= '' then
-    if string.byte(rest) ~= 32 then
-      return nil
-    end
-    value = string.sub(rest, 2)
+  if not attempt then
+    return nil
   end
-  return attempt, window, since, client, value
+  if rest == '' then
+    return attempt, window, since, client, 'mutex'
+  end
+  if string.byte(rest) == 32 then
+    return attempt, window, since, client, 'election', string.sub(rest, 2)
+  end
+  local side = string.match(rest, '^:([rwp])$')
+  if side then
+    return attempt, window, since, client, (side == 'p' and 'sem:') or 'rw'
+  end
+  return nil
 end
 
 -- Removes `owner`'s place in the wait queue (only the place taken by attempt `id`, if given).
@@ -78,8 +89,8 @@ local function end_holding(k, queued, message, now, token)
     left_in_queue = left_in_queue - 1
     local place = redis.call('HGET', k.waiting, next)
     redis.call('HDEL', k.waiting, next)
-    local attempt, window, since, client, value = parse_place(place)
-    if attempt then
+    local attempt, window, since, client, kind, value = parse_place(place)
+    if kind == 'mutex' or kind == 'election' then
       local left = math.floor((tonumber(since) + tonumber(window) * 1000 - tonumber(now)) / 1000)
       if left >= 2 then
         redis.call('SET', k.fence, token, 'PX', k.horizon)
