@@ -111,6 +111,8 @@ pub(crate) struct LeaseState {
     lost: CancellationToken,
     reason: OnceLock<LostReason>,
     finished: AtomicBool,
+    /// The hold as the metrics count it, once a guard was made of it (`Lock::ask`).
+    meter: OnceLock<crate::telemetry::Held>,
 }
 
 impl LeaseState {
@@ -126,6 +128,22 @@ impl LeaseState {
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
             finished: AtomicBool::new(false),
+            meter: OnceLock::new(),
+        }
+    }
+
+    /// Counts this hold in the metrics until it ends. A hold that ended already (lost before
+    /// its guard was made) ends its count at once.
+    pub(crate) fn metered(&self, held: crate::telemetry::Held) {
+        if self.meter.set(held).is_ok() && self.reason.get().is_some() {
+            self.end_meter();
+        }
+    }
+
+    /// The hold ended (lost, released, or dropped): its count in the metrics ends (once).
+    fn end_meter(&self) {
+        if let Some(held) = self.meter.get() {
+            held.end();
         }
     }
 
@@ -142,6 +160,8 @@ impl LeaseState {
             crate::telemetry::lost(lost.label());
         }
         self.finished.store(true, Ordering::Release);
+        // Before the signal: whoever it wakes finds the hold's count ended.
+        self.end_meter();
         self.lost.cancel();
     }
 
@@ -150,6 +170,8 @@ impl LeaseState {
     pub(crate) fn finish(&self) {
         let _ = self.reason.set(LostReason::Released);
         self.finished.store(true, Ordering::Release);
+        // Before the signal: whoever it wakes finds the hold's count ended.
+        self.end_meter();
         self.lost.cancel();
     }
 
@@ -177,6 +199,14 @@ impl LeaseState {
     /// Held as far as this process can tell, without a round trip.
     pub(crate) fn is_held(&self) -> bool {
         !self.lost.is_cancelled() && Instant::now() < self.times().deadline
+    }
+}
+
+impl Drop for LeaseState {
+    fn drop(&mut self) {
+        // A hold whose guard went without a release or a loss (it cannot, but the count must
+        // never outlive the hold).
+        self.end_meter();
     }
 }
 

@@ -178,17 +178,26 @@ impl Lock {
         let client = &self.client;
         client.service.check_kind(kind)?;
         let started = Instant::now();
-        Ok(
-            match client.service.acquire(&client.ctx, &request, wait).await? {
-                Acquired::Held(held) => {
-                    let guard = Guard::new(client.clone(), held.lease, held.count);
-                    Ok(counted(guard, started))
-                }
-                Acquired::Busy { remaining } => Err(Contended {
-                    remaining_lease: remaining,
-                }),
-            },
-        )
+        let metered = metered_kind(kind);
+        let waiting = match wait {
+            Wait::No => None,
+            Wait::Until(_) => Some(telemetry::Waiting::begin(metered)),
+        };
+        let acquired = client.service.acquire(&client.ctx, &request, wait).await;
+        drop(waiting);
+        Ok(match acquired? {
+            Acquired::Held(held) => {
+                let election = matches!(kind, Kind::Leader { .. })
+                    .then(|| (self.name.clone(), held.lease.hold.token));
+                held.lease
+                    .metered(telemetry::Held::begin(metered, election));
+                let guard = Guard::new(client.clone(), held.lease, held.count);
+                Ok(counted(guard, started))
+            }
+            Acquired::Busy { remaining } => Err(Contended {
+                remaining_lease: remaining,
+            }),
+        })
     }
 
     /// Acquires the lock, waiting as long as it takes. Waiting is driven by release
@@ -261,6 +270,17 @@ pub(crate) fn timed(option: &'static str, timeout: Duration) -> Result<Wait> {
             max: crate::MAX_TIMEOUT,
         })?;
     Ok(Wait::Until(Some((deadline, timeout))))
+}
+
+/// The `kind` label of a hold of `kind`.
+fn metered_kind(kind: Kind<'_>) -> telemetry::HoldKind {
+    match kind {
+        Kind::Mutex => telemetry::HoldKind::Mutex,
+        Kind::Leader { .. } => telemetry::HoldKind::Leader,
+        Kind::Read => telemetry::HoldKind::Read,
+        Kind::Write => telemetry::HoldKind::Write,
+        Kind::Permit { .. } => telemetry::HoldKind::Permit,
+    }
 }
 
 /// Records an acquisition (metrics) and hands the guard on.

@@ -1,26 +1,38 @@
 //! Metrics through the `metrics` facade, behind the cargo feature `metrics`; without it the
 //! macros below record nothing and compile away. Names and labels are listed in README.md.
 //! Lock names are not labels: they are unbounded (`orders:42`), and a label per lock would
-//! make every recorder grow without end.
+//! make every recorder grow without end. The one exception is an election's name on the
+//! leader gauges (as Kubernetes' `leader_election_master_status`): a process takes part in
+//! few elections, and "which one do I lead" is the question those gauges answer.
+//!
+//! On the hot path (every acquire, release, renewal) labels are literals, so each call site's
+//! key is a `static` of the macro (no allocation); only the election gauges build their
+//! label from the name, once per leadership.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 #[cfg(feature = "metrics")]
-use metrics::{counter, histogram};
+use metrics::{counter, gauge, histogram};
 
 #[cfg(not(feature = "metrics"))]
-use self::off::{counter, histogram};
+use self::off::{counter, gauge, histogram};
 
 /// Stand-ins for the `metrics` macros that record nothing (their labels are still
 /// evaluated, so every argument stays used).
 #[cfg(not(feature = "metrics"))]
 mod off {
-    /// A counter or histogram that records nothing.
+    /// A counter, gauge or histogram that records nothing.
     pub(super) struct Nothing;
 
     impl Nothing {
-        pub(super) fn increment(&self, _: u64) {}
-        pub(super) fn record(&self, _: f64) {}
+        pub(super) fn increment<T>(&self, _: T) {}
+        pub(super) fn decrement<T>(&self, _: T) {}
+        pub(super) fn set<T>(&self, _: T) {}
+        pub(super) fn record<T>(&self, _: T) {}
     }
 
     macro_rules! nothing {
@@ -30,7 +42,104 @@ mod off {
         }};
     }
     pub(crate) use nothing as counter;
+    pub(crate) use nothing as gauge;
     pub(crate) use nothing as histogram;
+}
+
+/// What a hold is of: the `kind` label of the hold and waiter metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HoldKind {
+    /// A mutex's holding (a multi-lock's locks too).
+    Mutex,
+    /// An election's leadership.
+    Leader,
+    /// A read-write lock's read side.
+    Read,
+    /// A read-write lock's write side.
+    Write,
+    /// A semaphore's permit.
+    Permit,
+}
+
+/// The metric `$name` (a literal) of `$macro` labelled by `$kind`, each label a literal, so
+/// that the key is static.
+macro_rules! by_kind {
+    ($macro:ident, $name:literal, $kind:expr) => {
+        match $kind {
+            HoldKind::Mutex => $macro!($name, "kind" => "mutex"),
+            HoldKind::Leader => $macro!($name, "kind" => "leader"),
+            HoldKind::Read => $macro!($name, "kind" => "read"),
+            HoldKind::Write => $macro!($name, "kind" => "write"),
+            HoldKind::Permit => $macro!($name, "kind" => "permit"),
+        }
+    };
+}
+
+/// One hold as the metrics see it, from its guard's making to its end (released, lost, or
+/// dropped), which comes once: `fencelock_holds` counts it meanwhile, and its length goes to
+/// `fencelock_hold_seconds`. A leadership also counts in its election's leader gauge.
+#[derive(Debug)]
+pub(crate) struct Held {
+    kind: HoldKind,
+    since: Instant,
+    /// The election's name, for a leadership.
+    election: Option<Arc<str>>,
+    ended: AtomicBool,
+}
+
+impl Held {
+    /// A hold of `kind` begins (`election`: the election a leadership is of, and its term).
+    pub(crate) fn begin(kind: HoldKind, election: Option<(Arc<str>, u64)>) -> Self {
+        by_kind!(gauge, "fencelock_holds", kind).increment(1.0);
+        let election = election.map(|(name, term)| {
+            gauge!("fencelock_leader", "election" => name.to_string()).increment(1.0);
+            gauge!("fencelock_leader_term", "election" => name.to_string()).set(term as f64);
+            name
+        });
+        Self {
+            kind,
+            since: Instant::now(),
+            election,
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// The hold ended (the first call counts; later ones do nothing).
+    pub(crate) fn end(&self) {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        by_kind!(gauge, "fencelock_holds", self.kind).decrement(1.0);
+        let held = self.since.elapsed().as_secs_f64();
+        by_kind!(histogram, "fencelock_hold_seconds", self.kind).record(held);
+        if let Some(name) = &self.election {
+            gauge!("fencelock_leader", "election" => name.to_string()).decrement(1.0);
+        }
+    }
+}
+
+/// An acquire that may wait, counted in `fencelock_waiters` until it returns or is dropped.
+#[derive(Debug)]
+pub(crate) struct Waiting(HoldKind);
+
+impl Waiting {
+    /// An acquire of `kind` starts waiting.
+    pub(crate) fn begin(kind: HoldKind) -> Self {
+        by_kind!(gauge, "fencelock_waiters", kind).increment(1.0);
+        Self(kind)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        by_kind!(gauge, "fencelock_waiters", self.0).decrement(1.0);
+    }
+}
+
+/// A renewal request (one round: the leases due together on one server) was answered, or
+/// failed, `took` after it was sent.
+pub(crate) fn renewed_in(took: Duration) {
+    histogram!("fencelock_renew_seconds").record(took.as_secs_f64());
 }
 
 /// How a guard came to hold its lock.

@@ -273,6 +273,7 @@ impl Watchdog {
             leases,
             results,
         } = round;
+        telemetry::renewed_in(sent.elapsed());
         let results: Vec<Result<Renewal, String>> = match results {
             Ok(each) => each
                 .into_iter()

@@ -17,6 +17,9 @@ type Labels = Vec<(String, String)>;
 struct Seen {
     counters: Vec<(String, Labels, u64)>,
     histograms: Vec<(String, usize)>,
+    /// Gauges: the sum of what each snapshot handed out (the recorder hands out a gauge's
+    /// change since its last snapshot), and the last value set.
+    gauges: Vec<(String, Labels, f64, f64)>,
 }
 
 impl Seen {
@@ -37,6 +40,22 @@ impl Seen {
                         // The recorder hands out what was added since its last snapshot.
                         Some(entry) => entry.2 += n,
                         None => self.counters.push((k.name().to_owned(), labels, n)),
+                    }
+                }
+                (MetricKind::Gauge, DebugValue::Gauge(v)) => {
+                    let v = v.into_inner();
+                    match self
+                        .gauges
+                        .iter_mut()
+                        .find(|(name, l, _, _)| name == k.name() && *l == labels)
+                    {
+                        Some(entry) => {
+                            entry.2 += v;
+                            if v != 0.0 {
+                                entry.3 = v;
+                            }
+                        }
+                        None => self.gauges.push((k.name().to_owned(), labels, v, v)),
                     }
                 }
                 (_, DebugValue::Histogram(v)) => match self
@@ -63,6 +82,22 @@ impl Seen {
             })
             .map(|(_, _, v)| *v)
             .sum()
+    }
+
+    /// A gauge's value, from its increments and decrements.
+    fn gauge(&self, name: &str, label: (&str, &str)) -> f64 {
+        self.gauge_entry(name, label).map_or(0.0, |g| g.2)
+    }
+
+    /// The last value a gauge was set to.
+    fn gauge_set(&self, name: &str, label: (&str, &str)) -> f64 {
+        self.gauge_entry(name, label).map_or(0.0, |g| g.3)
+    }
+
+    fn gauge_entry(&self, name: &str, (k, v): (&str, &str)) -> Option<&(String, Labels, f64, f64)> {
+        self.gauges
+            .iter()
+            .find(|(n, l, _, _)| n == name && l.iter().any(|(lk, lv)| lk == k && lv == v))
     }
 
     fn histogram_len(&self, name: &str) -> usize {
@@ -141,6 +176,105 @@ async fn acquisitions_waits_handovers_renewals_and_losses_are_counted() {
     redis_deadline_extension_and_failed_renewals(&server, &snapshotter).await;
     #[cfg(feature = "etcd")]
     etcd_session_and_deleted(&snapshotter).await;
+    redis_holds_waiters_and_leaders(&server, &snapshotter).await;
+    #[cfg(feature = "etcd")]
+    etcd_leader(&snapshotter).await;
+}
+
+/// Issue 33, point 4: holds and waiters by kind (gauges), hold times, renewal latency, and
+/// an election's leader and term gauges, labelled by the election's name.
+async fn redis_holds_waiters_and_leaders(
+    server: &fencelock_testkit::RedisServer,
+    snapshotter: &Snapshotter,
+) {
+    let mut seen = Seen::default();
+    seen.update(snapshotter);
+    let holds = |seen: &Seen, kind| seen.gauge("fencelock_holds", ("kind", kind));
+    let waiters = |seen: &Seen, kind| seen.gauge("fencelock_waiters", ("kind", kind));
+    let before = ["mutex", "permit", "read", "leader"].map(|k| holds(&seen, k));
+    let held_before = seen.histogram_len("fencelock_hold_seconds");
+    let renewals_before = seen.histogram_len("fencelock_renew_seconds");
+
+    let client = client_with(server, short_lease(600)).await;
+    let mutex = client.lock("gauged").acquire().await.unwrap();
+    let permit = client
+        .semaphore("gauged-permits", 2)
+        .acquire()
+        .await
+        .unwrap();
+    let read = client.rw_lock("gauged-rw").read().acquire().await.unwrap();
+    seen.update(snapshotter);
+    for (i, kind) in ["mutex", "permit", "read"].into_iter().enumerate() {
+        assert_eq!(holds(&seen, kind), before[i] + 1.0, "{kind}");
+    }
+
+    // A waiter counts while it waits, and its hold once it holds.
+    let other = client_with(server, short_lease(600)).await;
+    let waiter = {
+        let lock = other.lock("gauged");
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    eventually(5.0, "the waiter counted", || {
+        seen.update(snapshotter);
+        waiters(&seen, "mutex") == 1.0
+    })
+    .await;
+    mutex.release().await.unwrap();
+    let handed = within(5.0, "handover", waiter).await.unwrap();
+    seen.update(snapshotter);
+    assert_eq!(waiters(&seen, "mutex"), 0.0);
+    assert_eq!(
+        holds(&seen, "mutex"),
+        before[0] + 1.0,
+        "one ended, one began"
+    );
+    assert!(seen.histogram_len("fencelock_hold_seconds") > held_before);
+    eventually(5.0, "a renewal's latency", || {
+        seen.update(snapshotter);
+        seen.histogram_len("fencelock_renew_seconds") > renewals_before
+    })
+    .await;
+    for guard in [handed, permit, read] {
+        guard.release().await.unwrap();
+    }
+    seen.update(snapshotter);
+    for (i, kind) in ["mutex", "permit", "read"].into_iter().enumerate() {
+        assert_eq!(holds(&seen, kind), before[i], "{kind} after release");
+    }
+
+    let leadership = client
+        .election("gauged-election")
+        .campaign("a")
+        .await
+        .unwrap();
+    seen.update(snapshotter);
+    let election = ("election", "gauged-election");
+    assert_eq!(seen.gauge("fencelock_leader", election), 1.0);
+    let term = seen.gauge_set("fencelock_leader_term", election);
+    assert_eq!(term, leadership.term() as f64);
+    assert_eq!(holds(&seen, "leader"), before[3] + 1.0);
+    leadership.resign().await.unwrap();
+    seen.update(snapshotter);
+    assert_eq!(seen.gauge("fencelock_leader", election), 0.0);
+}
+
+/// etcd: the leader gauge follows a leadership, and a loss (a forced delete) ends it.
+#[cfg(feature = "etcd")]
+async fn etcd_leader(snapshotter: &Snapshotter) {
+    let mut seen = Seen::default();
+    let etcd = fencelock_testkit::EtcdServer::start().expect("start etcd");
+    let client = fencelock::Client::connect(&etcd.url()).await.unwrap();
+    let other = fencelock::Client::connect(&etcd.url()).await.unwrap();
+    let election = ("election", "etcd-gauged");
+    let leadership = client.election("etcd-gauged").campaign("a").await.unwrap();
+    seen.update(snapshotter);
+    assert_eq!(seen.gauge("fencelock_leader", election), 1.0);
+    let term = seen.gauge_set("fencelock_leader_term", election);
+    assert_eq!(term, leadership.term() as f64);
+    other.force_unlock("etcd-gauged").await.unwrap();
+    within(5.0, "lost after the forced unlock", leadership.lost()).await;
+    seen.update(snapshotter);
+    assert_eq!(seen.gauge("fencelock_leader", election), 0.0);
 }
 
 /// A fixed lease that runs out (`deadline`), an extension that finds the lock gone
