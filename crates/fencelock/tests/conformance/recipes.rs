@@ -89,8 +89,7 @@ async fn two(d: &dyn Deployment) -> (Client, Client) {
 
 /// Defect 1: two kinds started at the same moment on a free name: one holds, the other is
 /// refused with `PrimitiveMismatch` (never both holding, never one waiting on the other),
-/// whichever goes first. Nothing is left behind. (A mutex against an election joins the
-/// pairs once Redis refuses it too; ZooKeeper and etcd do: `etcd::election_leader_*`.)
+/// whichever goes first, a mutex against an election included. Nothing is left behind.
 pub(super) async fn two_kinds_started_together_give_one_refusal(d: &dyn Deployment) {
     const ROUNDS: usize = 8;
     let (a, b) = two(d).await;
@@ -99,6 +98,7 @@ pub(super) async fn two_kinds_started_together_give_one_refusal(d: &dyn Deployme
         (Want::Write, Want::Permits(1)),
         (Want::Read, Want::Permits(2)),
         (Want::Leader, Want::Permits(1)),
+        (Want::Mutex, Want::Leader),
         (Want::Mutex, Want::Read),
         (Want::Leader, Want::Write),
     ];

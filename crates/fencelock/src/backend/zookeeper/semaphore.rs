@@ -113,9 +113,7 @@ impl Leftovers {
                 background.failed();
                 tracing::warn!(dir, error = %e, "a semaphore attempt's node was not removed; it goes with the session");
             }
-            // The mutex's node too: it may be the last entry, its removal after the lease's.
-            let folder = dir.strip_suffix("/leases").or(dir.strip_suffix("/locks"));
-            if let Some(semaphore) = folder {
+            if let Some(semaphore) = dir.strip_suffix("/leases") {
                 tidy(&session, semaphore).await;
             }
         });
@@ -168,8 +166,7 @@ impl Inner {
         let owner = request.owner.as_bytes();
         let got = self.lease(&dir, &lease_guid, owner, permits, wait).await;
         // The mutex goes back whatever came of the lease (as Curator's `finally`).
-        let mutex = left.mutex.take();
-        left.later(mutex);
+        self.give_back_mutex(left.mutex.take());
         match got {
             Ok(Leased::Refused(found)) => Err(Error::PrimitiveMismatch {
                 lock: name.clone(),
@@ -245,6 +242,33 @@ impl Inner {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Gives the semaphore's mutex back: its node's delete is sent now, so that it runs before
+    /// any later request of this session (the release of the lease then finds the mutex's
+    /// folder empty, `tidy`), and is confirmed in the background, where a failed delete is
+    /// tried again until done or the session ends.
+    fn give_back_mutex(&self, mutex: Option<(String, String, Option<String>)>) {
+        let Some((dir, guid, node)) = mutex else {
+            return;
+        };
+        let sent = Instant::now();
+        let deleted = node
+            .as_deref()
+            .map(|path| self.session.zk.delete(path, None));
+        let (session, background) = (self.session.clone(), self.background.clone());
+        self.background.finish(async move {
+            if let Some(deleted) = deleted {
+                if let Ok(()) | Err(zk::Error::NoNode) = session.answer(sent, deleted).await {
+                    return;
+                }
+            }
+            let undone = recipe::undo_until_done(&session, &dir, &guid, node.as_deref(), super::RETRY);
+            if let Err(e) = undone.await {
+                background.failed();
+                tracing::warn!(dir, error = %e, "a semaphore's mutex node was not removed; it goes with the session");
+            }
+        });
     }
 
     /// Whether a waiter's failed request is tried again: a connection loss while the session
