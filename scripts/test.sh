@@ -11,6 +11,9 @@ cargo test --workspace --all-features --doc
 for example in cron_guard lost_worker standby fenced_sql any_backend; do
   cargo run --quiet -p fencelock --all-features --example "$example" >/dev/null
 done
+# Every example is built, since tests/prometheus.rs runs the Prometheus one (a server that
+# does not end by itself) and `--tests` below builds no example.
+cargo build --quiet -p fencelock --all-features --examples
 if cargo nextest --version >/dev/null 2>&1; then
   run_tests() { cargo nextest run --profile "${NEXTEST_PROFILE:-default}" "$@"; }
 else
