@@ -61,10 +61,11 @@ echo "== cargo package"
 # which it never rebuilds: a copy or a build left by an earlier run (earlier sources) would be
 # verified instead. Remove both first (a fresh machine has neither).
 rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/fencelock*
-for dep in target/debug/deps/fencelock*.d; do
+debug="${CARGO_TARGET_DIR:-target}/debug"
+for dep in "$debug"/deps/fencelock*.d; do
   if [ -e "$dep" ] && grep -q "registry/src/-" "$dep"; then
     stem=$(basename "$dep" .d)
-    rm -rf "target/debug/deps/$stem"* "target/debug/deps/lib$stem"* "target/debug/.fingerprint/$stem"
+    rm -rf "$debug/deps/$stem"* "$debug/deps/lib$stem"* "$debug/.fingerprint/$stem"
   fi
 done
 cargo package --workspace --locked --allow-dirty --quiet >/dev/null
