@@ -25,7 +25,7 @@ mod listing;
 mod scripts;
 
 use exec::{Conn, Lent, Master, Resend};
-use scripts::{evalsha, hold_count, renewal, scripts, Refusal};
+use scripts::{evalsha, hold_count, renewal, scripts, Lua, Refusal};
 
 /// One Redis deployment that behaves as one server for a lock: a single server, the master
 /// of a Sentinel set, or a Redis Cluster (each lock lives in one slot).
@@ -649,9 +649,9 @@ impl RedisBackend {
         scripts::parse_status(&reply).map_err(|detail| self.protocol(keys, &detail))
     }
 
-    /// Deletes a lock whatever its owner and wakes its waiters. Returns the owners it had.
-    pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<Vec<(String, u64)>, Error> {
-        let script = &scripts().force_unlock;
+    /// A forced unlock's call: the lock's keys, its channel, and how its holders' clients
+    /// are told. Both forced unlocks take these arguments first.
+    fn forced_call(&self, script: &Lua, keys: &LockKeys) -> redis::Cmd {
         let mut call = evalsha(script, 3);
         call.arg(keys.lock())
             .arg(keys.queue())
@@ -663,6 +663,13 @@ impl RedisBackend {
             } else {
                 ""
             });
+        call
+    }
+
+    /// Deletes a lock whatever its owner and wakes its waiters. Returns the owners it had.
+    pub(crate) async fn force_unlock(&self, keys: &LockKeys) -> Result<Vec<(String, u64)>, Error> {
+        let script = &scripts().force_unlock;
+        let call = self.forced_call(script, keys);
         // A second run would find no owners to report.
         let fields: Vec<(String, Value)> = self.run_as(Resend::Never, keys, script, &call).await?;
         Ok(fields
@@ -680,18 +687,8 @@ impl RedisBackend {
         owner: &str,
     ) -> Result<Vec<(String, u64)>, Error> {
         let script = &scripts().force_unlock_holder;
-        let mut call = evalsha(script, 3);
-        call.arg(keys.lock())
-            .arg(keys.queue())
-            .arg(keys.waiting())
-            .arg(keys.channel())
-            .arg(self.publish_mode())
-            .arg(if self.hears_clients() {
-                CLIENT_CHANNELS
-            } else {
-                ""
-            })
-            .arg(owner);
+        let mut call = self.forced_call(script, keys);
+        call.arg(owner);
         // A second run would find nothing to report.
         let removed: Vec<Value> = self.run_as(Resend::Never, keys, script, &call).await?;
         Ok(match removed.as_slice() {
