@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 source scripts/ensure-servers.sh
 ensure_servers
 cargo build --quiet --release -p fencelock-cli
-exec target/release/fencelock demo "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/fencelock" demo "$@"
